@@ -1,0 +1,396 @@
+//! The `fs` backend: one file per object in a local directory.
+//!
+//! File names follow LMCache's `fs` adapter, so either can read the other's directory:
+//! `<model, '/' as "-SEP-">@0x<kv_rank:08x>[@<group:x>]@<hash hex>[@<salt>].data` (the group
+//! field only with `object_name_format = "grouped"`). No key can name a path outside the
+//! directory: `/` never survives in a name and every name ends in `.data`. Writes go to a
+//! temporary file that is renamed into place, so a crash never leaves a torn object. All file
+//! I/O runs on a [`WorkerPool`]; batches are spread over its threads.
+
+mod config;
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use actix::Addr;
+use bytes::{Bytes, BytesMut};
+
+pub use config::FsConfig;
+
+use super::memory::page_of;
+use crate::key::{NameFormat, ObjectKey};
+use crate::messages::KeyPage;
+use crate::storage::{BackendError, Fetched, Io, Recovered, Removed, Storage};
+use crate::worker_pool::{run_on, JobFailed, WorkerPool};
+
+const SUFFIX: &str = ".data";
+const TMP_SUFFIX: &str = ".tmp";
+const SEP: &str = "-SEP-";
+/// Temporary files older than this are leftovers of a crash and are removed at start-up.
+const STALE_TMP: Duration = Duration::from_secs(60);
+
+/// The file name of a key.
+pub fn file_name(key: &ObjectKey, format: NameFormat) -> String {
+    let mut s = key.model_name().replace('/', SEP);
+    s.push_str(&format!("@0x{:08x}@", key.kv_rank()));
+    if format == NameFormat::Grouped {
+        s.push_str(&format!("{:x}@", key.object_group_id()));
+    }
+    s.push_str(&hex::encode(key.chunk_hash()));
+    if let Some(salt) = key.cache_salt() {
+        s.push('@');
+        s.push_str(salt);
+    }
+    s.push_str(SUFFIX);
+    s
+}
+
+/// Parses a file name written by [`file_name`]; `None` for any other file.
+pub fn parse_file_name(name: &str, format: NameFormat) -> Option<ObjectKey> {
+    let stem = name.strip_suffix(SUFFIX)?;
+    let (model, rest) = stem.split_once("@0x")?;
+    let object_name = format!("{}@{}", model.replace(SEP, "/"), rest);
+    ObjectKey::parse(&object_name, format).ok()
+}
+
+/// Immutable paths and settings shared with worker jobs.
+#[derive(Debug)]
+struct Paths {
+    base: PathBuf,
+    tmp: Option<PathBuf>,
+    format: NameFormat,
+    fsync: bool,
+    counter: AtomicU64,
+}
+
+impl Paths {
+    fn object(&self, key: &ObjectKey) -> PathBuf {
+        self.base.join(file_name(key, self.format))
+    }
+
+    fn write(&self, key: &ObjectKey, data: &[u8]) -> std::io::Result<()> {
+        let name = file_name(key, self.format);
+        let unique = format!(
+            "{name}.{}-{}{TMP_SUFFIX}",
+            std::process::id(),
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        );
+        let tmp = self.tmp.as_deref().unwrap_or(&self.base).join(unique);
+        let result = (|| {
+            let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+            f.write_all(data)?;
+            if self.fsync {
+                f.sync_data()?;
+            }
+            fs::rename(&tmp, self.base.join(&name))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    fn read(&self, key: &ObjectKey, buf: &mut BytesMut) -> Result<Fetched, BackendError> {
+        let mut f = match File::open(self.object(key)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Fetched::Absent),
+            Err(e) => return Err(BackendError::io("get", e)),
+        };
+        let len = f.metadata().map_err(|e| BackendError::io("get", e))?.len();
+        if len != buf.len() as u64 {
+            return Ok(Fetched::SizeMismatch { actual: len });
+        }
+        match f.read_exact(&mut buf[..]) {
+            Ok(()) => Ok(Fetched::Hit),
+            // Truncated while we read: report a miss, never a partial object.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                Ok(Fetched::SizeMismatch { actual: 0 })
+            }
+            Err(e) => Err(BackendError::io("get", e)),
+        }
+    }
+
+    fn scan(&self, model: Option<&str>) -> Result<Vec<(String, ObjectKey, u64, u64)>, BackendError> {
+        let mut out = Vec::new();
+        let dir = fs::read_dir(&self.base).map_err(|e| BackendError::io("list", e))?;
+        for entry in dir {
+            let entry = entry.map_err(|e| BackendError::io("list", e))?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            let Some(key) = parse_file_name(name, self.format) else {
+                continue;
+            };
+            if model.is_some_and(|m| key.model_name() != m) {
+                continue;
+            }
+            let Ok(meta) = entry.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let modified = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .map_or(0, |d| d.as_secs());
+            out.push((key.object_name(self.format), key, meta.len(), modified));
+        }
+        Ok(out)
+    }
+
+    fn remove_stale_tmp(&self) {
+        let dir = self.tmp.as_deref().unwrap_or(&self.base);
+        let Ok(entries) = fs::read_dir(dir) else { return };
+        let now = SystemTime::now();
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            if !name.to_string_lossy().ends_with(TMP_SUFFIX) {
+                continue;
+            }
+            let stale = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .map(|t| now.duration_since(t).unwrap_or_default() >= STALE_TMP)
+                .unwrap_or(false);
+            if stale {
+                let _ = fs::remove_file(entry.path());
+            }
+        }
+    }
+}
+
+/// Directory storage. See the module docs.
+pub struct FsStorage {
+    paths: Arc<Paths>,
+    pool: Addr<WorkerPool>,
+    workers: usize,
+    recover: bool,
+}
+
+impl FsStorage {
+    /// Opens (creating if needed) the directory and starts its worker pool. Must be called inside
+    /// a running actix system.
+    pub fn open(cfg: &FsConfig, format: NameFormat) -> Result<Self, BackendError> {
+        fs::create_dir_all(&cfg.base_path).map_err(|e| BackendError::Io {
+            op: "open",
+            message: format!("cannot create base_path {}: {e}", cfg.base_path.display()),
+        })?;
+        let tmp = cfg.relative_tmp_dir.as_ref().map(|t| cfg.base_path.join(t));
+        if let Some(t) = &tmp {
+            fs::create_dir_all(t).map_err(|e| BackendError::Io {
+                op: "open",
+                message: format!("cannot create relative_tmp_dir {}: {e}", t.display()),
+            })?;
+        }
+        Ok(Self {
+            paths: Arc::new(Paths {
+                base: cfg.base_path.clone(),
+                tmp,
+                format,
+                fsync: cfg.fsync,
+                counter: AtomicU64::new(0),
+            }),
+            pool: WorkerPool::start(cfg.num_workers),
+            workers: cfg.num_workers,
+            recover: cfg.recover_on_start,
+        })
+    }
+
+    /// The directory holding the objects.
+    pub fn base_path(&self) -> &Path {
+        &self.paths.base
+    }
+
+    /// Runs `work` over `items` spread across the pool's threads, keeping input order.
+    /// `failed(i, err)` stands in for item `i` when its job dies.
+    fn fan_out<I, O>(
+        &self,
+        items: Vec<I>,
+        work: fn(&Paths, I) -> O,
+        failed: impl Fn(usize, &JobFailed) -> O + 'static,
+    ) -> Io<Vec<O>>
+    where
+        I: Send + 'static,
+        O: Send + 'static,
+    {
+        let n = items.len();
+        let per_job = n.div_ceil(self.workers.max(1)).max(1);
+        let mut jobs = Vec::new();
+        let mut items = items.into_iter();
+        let mut start = 0;
+        while start < n {
+            let chunk: Vec<I> = items.by_ref().take(per_job).collect();
+            let len = chunk.len();
+            let paths = self.paths.clone();
+            let pool = self.pool.clone();
+            jobs.push(async move {
+                let res = run_on(&pool, move || {
+                    chunk.into_iter().map(|i| work(&paths, i)).collect::<Vec<O>>()
+                })
+                .await;
+                (start, len, res)
+            });
+            start += len;
+        }
+        Io::pending(async move {
+            let mut out = Vec::with_capacity(n);
+            for (start, len, res) in futures_util::future::join_all(jobs).await {
+                match res {
+                    Ok(v) => out.extend(v),
+                    Err(e) => out.extend((start..start + len).map(|i| failed(i, &e))),
+                }
+            }
+            out
+        })
+    }
+}
+
+fn worker_err(op: &'static str, e: &JobFailed) -> BackendError {
+    BackendError::Worker {
+        op,
+        reason: e.reason.clone(),
+    }
+}
+
+impl Storage for FsStorage {
+    fn kind(&self) -> &'static str {
+        "fs"
+    }
+
+    fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
+        self.fan_out(
+            items,
+            |p, (k, data)| p.write(&k, &data).map_err(|e| BackendError::io("put", e)),
+            |_, e| Err(worker_err("put", e)),
+        )
+    }
+
+    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        self.fan_out(
+            keys,
+            |p, k| match fs::metadata(p.object(&k)) {
+                Ok(m) => Ok(Some(m.len())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(BackendError::io("head", e)),
+            },
+            |_, e| Err(worker_err("head", e)),
+        )
+    }
+
+    fn get(
+        &mut self,
+        items: Vec<(ObjectKey, BytesMut)>,
+    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
+        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
+        self.fan_out(
+            items,
+            |p, (k, mut buf)| {
+                let res = p.read(&k, &mut buf);
+                (buf, res)
+            },
+            move |i, e| (BytesMut::zeroed(lens[i]), Err(worker_err("get", e))),
+        )
+    }
+
+    fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
+        self.fan_out(
+            keys,
+            |p, k| match fs::remove_file(p.object(&k)) {
+                Ok(()) => Ok(Removed::Yes),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removed::Absent),
+                Err(e) => Err(BackendError::io("delete", e)),
+            },
+            |_, e| Err(worker_err("delete", e)),
+        )
+    }
+
+    fn list(
+        &mut self,
+        model: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Io<Result<KeyPage, BackendError>> {
+        let paths = self.paths.clone();
+        let pool = self.pool.clone();
+        Io::pending(async move {
+            let scanned = run_on(&pool, move || paths.scan(model.as_deref()))
+                .await
+                .map_err(|e| worker_err("list", &e))??;
+            let entries = scanned.into_iter().map(|(n, k, s, _)| (n, k, s)).collect();
+            Ok(page_of(entries, cursor.as_deref(), limit))
+        })
+    }
+
+    fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
+        if !self.recover {
+            return None;
+        }
+        let paths = self.paths.clone();
+        let pool = self.pool.clone();
+        Some(Io::pending(async move {
+            let scanned = run_on(&pool, move || {
+                paths.remove_stale_tmp();
+                paths.scan(None)
+            })
+            .await
+            .map_err(|e| worker_err("recover", &e))??;
+            Ok(scanned
+                .into_iter()
+                .map(|(_, key, size, modified)| Recovered {
+                    key,
+                    size,
+                    modified,
+                })
+                .collect())
+        }))
+    }
+
+    fn details(&self) -> serde_json::Value {
+        serde_json::json!({
+            "base_path": self.paths.base.display().to_string(),
+            "num_workers": self.workers,
+            "fsync": self.paths.fsync,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_lmcache_fs_and_parse_back() {
+        let key = ObjectKey::new("meta-llama/Llama-3", 255, vec![0u8, 1, 2, 3])
+            .unwrap()
+            .with_salt("u1")
+            .unwrap();
+        assert_eq!(
+            file_name(&key, NameFormat::Seed),
+            "meta-llama-SEP-Llama-3@0x000000ff@00010203@u1.data"
+        );
+        assert_eq!(
+            file_name(&key.clone().with_group(2), NameFormat::Grouped),
+            "meta-llama-SEP-Llama-3@0x000000ff@2@00010203@u1.data"
+        );
+        assert_eq!(
+            parse_file_name(&file_name(&key, NameFormat::Seed), NameFormat::Seed),
+            Some(key)
+        );
+        assert_eq!(parse_file_name("x.tmp", NameFormat::Seed), None);
+        assert_eq!(parse_file_name("..", NameFormat::Seed), None);
+    }
+
+    #[test]
+    fn no_key_names_a_path_outside() {
+        for model in ["..", "../../etc", "/abs", "a/../../b", "."] {
+            let key = ObjectKey::new(model, 0, vec![1u8]).unwrap();
+            let name = file_name(&key, NameFormat::Seed);
+            assert!(!name.contains('/'), "{name}");
+            let p = Path::new("/base").join(&name);
+            assert_eq!(p.parent(), Some(Path::new("/base")), "{name}");
+        }
+    }
+}

@@ -1,0 +1,499 @@
+//! The controller actor: the front door of the runtime.
+//!
+//! It forwards every operation to the per-adapter backend actors and merges their replies:
+//! a store goes to every adapter (one outcome each); a lookup asks every adapter and the first
+//! adapter in configuration order that has a key wins, while locks taken on later adapters for
+//! that key are released at once; a load reads each key from the adapter that holds its lock;
+//! an unlock goes to that adapter. With several adapters the controller remembers which adapter
+//! holds each lock, in its own state. It also relays usage events, and completions of
+//! [`Submit`]ted operations, to hosts that prefer polling a `flume` channel.
+
+use std::collections::HashMap;
+
+use actix::prelude::*;
+use bytes::BytesMut;
+use futures_util::future::join_all;
+
+use crate::backend::BackendActor;
+use crate::key::ObjectKey;
+use crate::messages::*;
+use crate::storage::{BackendError, Storage};
+
+/// The recipients of one backend actor, whatever its storage type.
+#[derive(Clone)]
+pub struct AdapterHandle {
+    /// Position in the configuration.
+    pub index: AdapterIndex,
+    /// Adapter type name.
+    pub kind: String,
+    store: Recipient<Store>,
+    lookup: Recipient<LookupAndLock>,
+    load: Recipient<Load>,
+    unlock: Recipient<Unlock>,
+    delete: Recipient<Delete>,
+    usage: Recipient<GetUsage>,
+    status: Recipient<GetStatus>,
+    list: Recipient<ListKeys>,
+    /// For the eviction actor.
+    pub evict: Recipient<Evict>,
+    /// For adding usage-event subscribers.
+    pub subscribe: Recipient<SubscribeUsage>,
+}
+
+impl AdapterHandle {
+    /// Handles for a running backend actor.
+    pub fn new<S: Storage>(index: AdapterIndex, kind: &str, addr: &Addr<BackendActor<S>>) -> Self {
+        Self {
+            index,
+            kind: kind.to_owned(),
+            store: addr.clone().recipient(),
+            lookup: addr.clone().recipient(),
+            load: addr.clone().recipient(),
+            unlock: addr.clone().recipient(),
+            delete: addr.clone().recipient(),
+            usage: addr.clone().recipient(),
+            status: addr.clone().recipient(),
+            list: addr.clone().recipient(),
+            evict: addr.clone().recipient(),
+            subscribe: addr.clone().recipient(),
+        }
+    }
+
+    fn unavailable(&self, err: MailboxError) -> String {
+        format!("adapter #{} ({}): actor unavailable: {err}", self.index, self.kind)
+    }
+}
+
+/// Identifies an operation sent with [`Submit`].
+pub type TaskId = u64;
+
+/// An operation for [`Submit`].
+#[derive(Debug)]
+pub enum Op {
+    /// A [`Store`].
+    Store(Store),
+    /// A [`LookupAndLock`].
+    LookupAndLock(LookupAndLock),
+    /// A [`Load`].
+    Load(Load),
+    /// A [`Delete`].
+    Delete(Delete),
+}
+
+/// The result of a submitted operation.
+#[derive(Debug)]
+pub enum OpResult {
+    /// Of a store.
+    Store(StoreReport),
+    /// Of a lookup.
+    LookupAndLock(Bitmap),
+    /// Of a load.
+    Load(LoadReport),
+    /// Of a delete.
+    Delete(DeleteReport),
+    /// The controller went away before answering.
+    Failed(String),
+}
+
+/// What a host's event channel receives.
+#[derive(Debug)]
+pub enum TierEvent {
+    /// A backend's usage event.
+    Usage(UsageEvent),
+    /// A submitted operation finished.
+    Completed {
+        /// The id [`Submit`] replied with.
+        task: TaskId,
+        /// Its result.
+        result: OpResult,
+    },
+}
+
+/// Start an operation without waiting for it: the reply is a [`TaskId`] at once, and the result
+/// arrives later on every subscribed channel as [`TierEvent::Completed`].
+#[derive(Debug, Message)]
+#[rtype(result = "TaskId")]
+pub struct Submit(pub Op);
+
+/// Subscribe a channel to usage events and completions.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeEvents(pub flume::Sender<TierEvent>);
+
+/// The controller actor. See the module docs.
+pub struct Controller {
+    adapters: Vec<AdapterHandle>,
+    /// With several adapters: who holds each lock, and how many times.
+    holders: HashMap<ObjectKey, Vec<(AdapterIndex, u32)>>,
+    listeners: Vec<flume::Sender<TierEvent>>,
+    next_task: TaskId,
+}
+
+impl Controller {
+    /// A controller over these adapters (in configuration order).
+    pub fn new(adapters: Vec<AdapterHandle>) -> Self {
+        Self {
+            adapters,
+            holders: HashMap::new(),
+            listeners: Vec::new(),
+            next_task: 0,
+        }
+    }
+
+    fn emit(&mut self, make: impl Fn() -> TierEvent) {
+        self.listeners.retain(|l| l.send(make()).is_ok());
+    }
+
+    fn hold(&mut self, key: &ObjectKey, adapter: AdapterIndex) {
+        let entry = self.holders.entry(key.clone()).or_default();
+        match entry.iter_mut().find(|(a, _)| *a == adapter) {
+            Some((_, n)) => *n += 1,
+            None => entry.push((adapter, 1)),
+        }
+    }
+
+    /// Releases one lock on `key`; returns the adapter that held it.
+    fn release(&mut self, key: &ObjectKey) -> Option<AdapterIndex> {
+        let entry = self.holders.get_mut(key)?;
+        let (adapter, n) = entry.first_mut()?;
+        let adapter = *adapter;
+        *n -= 1;
+        if *n == 0 {
+            entry.remove(0);
+            if entry.is_empty() {
+                self.holders.remove(key);
+            }
+        }
+        Some(adapter)
+    }
+
+    fn holder(&self, key: &ObjectKey) -> Option<AdapterIndex> {
+        self.holders.get(key)?.first().map(|(a, _)| *a)
+    }
+
+    fn adapter(&self, index: AdapterIndex) -> Result<&AdapterHandle, BackendError> {
+        self.adapters.get(index).ok_or_else(|| BackendError::Invalid {
+            reason: format!(
+                "no adapter #{index} (there are {})",
+                self.adapters.len()
+            ),
+        })
+    }
+}
+
+impl Actor for Controller {
+    type Context = Context<Self>;
+}
+
+impl Handler<Store> for Controller {
+    type Result = ResponseFuture<StoreReport>;
+
+    fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
+        let adapters = self.adapters.clone();
+        Box::pin(async move {
+            let sends = adapters.iter().map(|a| a.store.send(msg.clone()));
+            let replies = join_all(sends).await;
+            let mut report = StoreReport::default();
+            for (a, reply) in adapters.iter().zip(replies) {
+                match reply {
+                    Ok(r) => report.adapters.extend(r.adapters),
+                    Err(e) => {
+                        let error = a.unavailable(e);
+                        let failed = msg
+                            .keys
+                            .iter()
+                            .map(|k| FailedKey {
+                                key: k.clone(),
+                                error: error.clone(),
+                            })
+                            .collect();
+                        report.adapters.push((
+                            a.index,
+                            StoreOutcome {
+                                failed,
+                                ..Default::default()
+                            },
+                        ));
+                    }
+                }
+            }
+            report
+        })
+    }
+}
+
+impl Handler<LookupAndLock> for Controller {
+    type Result = ResponseActFuture<Self, Bitmap>;
+
+    fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
+        let n = msg.keys.len();
+        if self.adapters.len() == 1 {
+            // One adapter holds every lock: nothing to remember.
+            let send = self.adapters[0].lookup.send(msg);
+            return Box::pin(
+                async move { send.await.unwrap_or_else(|_| Bitmap::zeros(n)) }.into_actor(self),
+            );
+        }
+        let sends: Vec<_> = self
+            .adapters
+            .iter()
+            .map(|a| a.lookup.send(msg.clone()))
+            .collect();
+        let keys = msg.keys;
+        Box::pin(join_all(sends).into_actor(self).map(move |replies, act, _| {
+            let maps: Vec<Bitmap> = replies
+                .into_iter()
+                .map(|r| r.unwrap_or_else(|_| Bitmap::zeros(n)))
+                .collect();
+            let mut hits = Bitmap::zeros(n);
+            let mut release: Vec<Vec<ObjectKey>> = vec![Vec::new(); act.adapters.len()];
+            for (i, key) in keys.iter().enumerate() {
+                let mut winner = None;
+                for (a, map) in maps.iter().enumerate() {
+                    if !map.get(i) {
+                        continue;
+                    }
+                    if winner.is_none() {
+                        winner = Some(a);
+                    } else {
+                        release[a].push(key.clone());
+                    }
+                }
+                if let Some(a) = winner {
+                    hits.set(i, true);
+                    act.hold(key, a);
+                }
+            }
+            for (a, keys) in release.into_iter().enumerate() {
+                if !keys.is_empty() {
+                    act.adapters[a].unlock.do_send(Unlock { keys });
+                }
+            }
+            hits
+        }))
+    }
+}
+
+impl Handler<Load> for Controller {
+    type Result = ResponseFuture<LoadReport>;
+
+    fn handle(&mut self, msg: Load, _: &mut Context<Self>) -> Self::Result {
+        let n = msg.keys.len();
+        if msg.buffers.len() != n {
+            return Box::pin(async move {
+                LoadReport {
+                    hits: Bitmap::zeros(n),
+                    buffers: msg.buffers,
+                }
+            });
+        }
+        if self.adapters.len() == 1 {
+            let send = self.adapters[0].load.send(msg);
+            return Box::pin(async move {
+                // A dead actor keeps the buffers: give back fresh ones of the same sizes.
+                send.await.unwrap_or_else(|_| LoadReport {
+                    hits: Bitmap::zeros(n),
+                    buffers: Vec::new(),
+                })
+            });
+        }
+        // Keys with a lock are read from its holder; the others from each adapter in turn.
+        let holders: Vec<Option<AdapterIndex>> = msg.keys.iter().map(|k| self.holder(k)).collect();
+        let adapters = self.adapters.clone();
+        Box::pin(async move {
+            let mut hits = Bitmap::zeros(n);
+            let mut slots: Vec<Option<BytesMut>> = msg.buffers.into_iter().map(Some).collect();
+            let mut pending: Vec<usize> = Vec::new();
+            let mut by_adapter: Vec<Vec<usize>> = vec![Vec::new(); adapters.len()];
+            for (i, h) in holders.iter().enumerate() {
+                match h {
+                    Some(a) => by_adapter[*a].push(i),
+                    None => pending.push(i),
+                }
+            }
+            for (a, adapter) in adapters.iter().enumerate() {
+                let mut batch = std::mem::take(&mut by_adapter[a]);
+                batch.append(&mut pending.clone());
+                pending.clear();
+                if batch.is_empty() {
+                    continue;
+                }
+                let keys = batch.iter().map(|&i| msg.keys[i].clone()).collect();
+                let buffers = batch.iter().map(|&i| slots[i].take().unwrap_or_default()).collect();
+                match adapter.load.send(Load { keys, buffers }).await {
+                    Ok(r) => {
+                        for ((&i, hit), buf) in batch.iter().zip(r.hits.iter()).zip(r.buffers) {
+                            slots[i] = Some(buf);
+                            if hit {
+                                hits.set(i, true);
+                            } else if holders[i].is_none() {
+                                pending.push(i);
+                            }
+                        }
+                    }
+                    Err(_) => pending.extend(batch.iter().filter(|&&i| holders[i].is_none())),
+                }
+            }
+            LoadReport {
+                hits,
+                buffers: slots.into_iter().map(Option::unwrap_or_default).collect(),
+            }
+        })
+    }
+}
+
+impl Handler<Unlock> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, msg: Unlock, _: &mut Context<Self>) {
+        if self.adapters.len() == 1 {
+            self.adapters[0].unlock.do_send(msg);
+            return;
+        }
+        let mut per: Vec<Vec<ObjectKey>> = vec![Vec::new(); self.adapters.len()];
+        for key in msg.keys {
+            if let Some(a) = self.release(&key) {
+                per[a].push(key);
+            }
+        }
+        for (a, keys) in per.into_iter().enumerate() {
+            if !keys.is_empty() {
+                self.adapters[a].unlock.do_send(Unlock { keys });
+            }
+        }
+    }
+}
+
+impl Handler<Delete> for Controller {
+    type Result = ResponseFuture<DeleteReport>;
+
+    fn handle(&mut self, msg: Delete, _: &mut Context<Self>) -> Self::Result {
+        let targets: Vec<AdapterHandle> = match msg.adapter {
+            Some(i) => self.adapters.get(i).cloned().into_iter().collect(),
+            None => self.adapters.clone(),
+        };
+        Box::pin(async move {
+            let replies = join_all(targets.iter().map(|a| a.delete.send(msg.clone()))).await;
+            let mut report = DeleteReport::default();
+            for (a, r) in targets.iter().zip(replies) {
+                match r {
+                    Ok(r) => report.adapters.extend(r.adapters),
+                    Err(_) => report.adapters.push((a.index, Vec::new())),
+                }
+            }
+            report
+        })
+    }
+}
+
+impl Handler<GetUsage> for Controller {
+    type Result = ResponseFuture<UsageReport>;
+
+    fn handle(&mut self, msg: GetUsage, _: &mut Context<Self>) -> Self::Result {
+        let sends: Vec<_> = self.adapters.iter().map(|a| a.usage.send(msg)).collect();
+        Box::pin(async move {
+            UsageReport {
+                adapters: join_all(sends)
+                    .await
+                    .into_iter()
+                    .filter_map(Result::ok)
+                    .flat_map(|r| r.adapters)
+                    .collect(),
+            }
+        })
+    }
+}
+
+impl Handler<GetStatus> for Controller {
+    type Result = ResponseFuture<StatusReport>;
+
+    fn handle(&mut self, msg: GetStatus, _: &mut Context<Self>) -> Self::Result {
+        let adapters = self.adapters.clone();
+        Box::pin(async move {
+            let replies = join_all(adapters.iter().map(|a| a.status.send(msg))).await;
+            let mut report = StatusReport::default();
+            for (a, r) in adapters.iter().zip(replies) {
+                match r {
+                    Ok(r) => report.adapters.extend(r.adapters),
+                    Err(e) => report.adapters.push(Status {
+                        adapter: a.index,
+                        kind: a.kind.clone(),
+                        is_healthy: false,
+                        locked_keys: 0,
+                        details: serde_json::json!({ "error": a.unavailable(e) }),
+                    }),
+                }
+            }
+            report
+        })
+    }
+}
+
+impl Handler<ListKeys> for Controller {
+    type Result = ResponseFuture<Result<KeyPage, BackendError>>;
+
+    fn handle(&mut self, msg: ListKeys, _: &mut Context<Self>) -> Self::Result {
+        let target = self.adapter(msg.adapter).map(|a| a.clone());
+        Box::pin(async move {
+            let a = target?;
+            a.list.send(msg).await.map_err(|e| BackendError::Unavailable {
+                reason: a.unavailable(e),
+            })?
+        })
+    }
+}
+
+impl Handler<UsageEvent> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, msg: UsageEvent, _: &mut Context<Self>) {
+        if !self.listeners.is_empty() {
+            self.emit(|| TierEvent::Usage(msg.clone()));
+        }
+    }
+}
+
+impl Handler<SubscribeEvents> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, msg: SubscribeEvents, _: &mut Context<Self>) {
+        self.listeners.push(msg.0);
+    }
+}
+
+impl Handler<Submit> for Controller {
+    type Result = MessageResult<Submit>;
+
+    fn handle(&mut self, msg: Submit, ctx: &mut Context<Self>) -> Self::Result {
+        let task = self.next_task;
+        self.next_task += 1;
+        let me = ctx.address();
+        let run = async move {
+            let res = match msg.0 {
+                Op::Store(m) => me.send(m).await.map(OpResult::Store),
+                Op::LookupAndLock(m) => me.send(m).await.map(OpResult::LookupAndLock),
+                Op::Load(m) => me.send(m).await.map(OpResult::Load),
+                Op::Delete(m) => me.send(m).await.map(OpResult::Delete),
+            };
+            res.unwrap_or_else(|e| OpResult::Failed(e.to_string()))
+        };
+        ctx.spawn(run.into_actor(self).map(move |result, act, _| {
+            let mut result = Some(result);
+            // Completions go to the first live listener (they own buffers and cannot be cloned).
+            while let Some(l) = act.listeners.first() {
+                match l.send(TierEvent::Completed {
+                    task,
+                    result: result.take().expect("result sent once"),
+                }) {
+                    Ok(()) => return,
+                    Err(flume::SendError(TierEvent::Completed { result: r, .. })) => {
+                        result = Some(r);
+                        act.listeners.remove(0);
+                    }
+                    Err(_) => return,
+                }
+            }
+        }));
+        MessageResult(task)
+    }
+}

@@ -1,0 +1,421 @@
+//! Object keys and their wire names.
+//!
+//! An [`ObjectKey`] identifies one KV chunk: the model, the tensor-parallel rank, the chunk hash,
+//! an optional cache salt (per-user isolation) and an object group id. Every backend stores a
+//! key's bytes under its *object name*, which is byte-for-byte the name LMCache's MP mode uses,
+//! so a store written by one can be read by the other:
+//!
+//! * [`NameFormat::Seed`] (default): `<model>@<kv_rank:08x>@<chunk_hash hex>[@<cache_salt>]`
+//! * [`NameFormat::Grouped`] (newer LMCache): `<model>@<kv_rank:08x>@<group:x>@<chunk_hash hex>[@<cache_salt>]`
+//!
+//! Hugging Face bucket paths percent-encode the name ([`hf_encode`]), keeping only
+//! `A-Z a-z 0-9 _ . - ~`.
+
+use std::fmt;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use serde::{Deserialize, Serialize};
+
+/// Longest cache salt accepted, in characters.
+pub const MAX_SALT_CHARS: usize = 128;
+
+/// Why a key or an object name was rejected.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// The model name was empty.
+    #[error("model_name must not be empty")]
+    EmptyModel,
+    /// The model name contained the `@` separator.
+    #[error("model_name {model:?} must not contain '@'")]
+    ModelHasSeparator {
+        /// The rejected model name.
+        model: String,
+    },
+    /// The chunk hash was empty.
+    #[error("chunk_hash must not be empty")]
+    EmptyHash,
+    /// The cache salt was too long.
+    #[error("cache_salt is {chars} characters long; at most {MAX_SALT_CHARS} are allowed")]
+    SaltTooLong {
+        /// Its length in characters.
+        chars: usize,
+    },
+    /// The cache salt contained a forbidden character.
+    #[error("cache_salt must not contain {ch:?} (forbidden: '@', '/', '\\\\', NUL)")]
+    SaltForbiddenChar {
+        /// The offending character.
+        ch: char,
+    },
+    /// An object name did not have the expected shape.
+    #[error("object name {name:?} is not a {format} object name: {reason}")]
+    BadName {
+        /// The rejected name (truncated to 200 characters).
+        name: String,
+        /// The format it was parsed as.
+        format: NameFormat,
+        /// What was wrong.
+        reason: &'static str,
+    },
+}
+
+/// How object names are spelled; a per-adapter option (`object_name_format`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NameFormat {
+    /// `<model>@<kv_rank:08x>@<chunk_hash hex>[@<cache_salt>]`, as in the seeds (default).
+    #[default]
+    Seed,
+    /// `<model>@<kv_rank:08x>@<object_group_id:x>@<chunk_hash hex>[@<cache_salt>]` (newer LMCache).
+    Grouped,
+}
+
+impl fmt::Display for NameFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            NameFormat::Seed => "seed",
+            NameFormat::Grouped => "grouped",
+        })
+    }
+}
+
+/// The identity of one KV chunk. Cheap to clone (reference-counted parts).
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ObjectKey {
+    model_name: Arc<str>,
+    kv_rank: u32,
+    chunk_hash: Bytes,
+    cache_salt: Option<Arc<str>>,
+    object_group_id: u32,
+}
+
+impl ObjectKey {
+    /// A key without salt in group 0. Fails on an empty or `@`-containing model or an empty hash.
+    pub fn new(
+        model_name: impl AsRef<str>,
+        kv_rank: u32,
+        chunk_hash: impl Into<Bytes>,
+    ) -> Result<Self, KeyError> {
+        let model = model_name.as_ref();
+        if model.is_empty() {
+            return Err(KeyError::EmptyModel);
+        }
+        if model.contains('@') {
+            return Err(KeyError::ModelHasSeparator {
+                model: truncate(model),
+            });
+        }
+        let chunk_hash = chunk_hash.into();
+        if chunk_hash.is_empty() {
+            return Err(KeyError::EmptyHash);
+        }
+        Ok(Self {
+            model_name: Arc::from(model),
+            kv_rank,
+            chunk_hash,
+            cache_salt: None,
+            object_group_id: 0,
+        })
+    }
+
+    /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL).
+    pub fn with_salt(mut self, salt: impl AsRef<str>) -> Result<Self, KeyError> {
+        let salt = salt.as_ref();
+        validate_salt(salt)?;
+        self.cache_salt = Some(Arc::from(salt));
+        Ok(self)
+    }
+
+    /// This key sharing the model name of `self` but with another chunk hash (cheap: no string copy).
+    pub fn with_hash(&self, chunk_hash: impl Into<Bytes>) -> Result<Self, KeyError> {
+        let chunk_hash = chunk_hash.into();
+        if chunk_hash.is_empty() {
+            return Err(KeyError::EmptyHash);
+        }
+        Ok(Self {
+            chunk_hash,
+            ..self.clone()
+        })
+    }
+
+    /// This key in another object group.
+    pub fn with_group(mut self, object_group_id: u32) -> Self {
+        self.object_group_id = object_group_id;
+        self
+    }
+
+    /// The model name.
+    pub fn model_name(&self) -> &str {
+        &self.model_name
+    }
+
+    /// The KV rank.
+    pub fn kv_rank(&self) -> u32 {
+        self.kv_rank
+    }
+
+    /// The chunk hash bytes.
+    pub fn chunk_hash(&self) -> &Bytes {
+        &self.chunk_hash
+    }
+
+    /// The cache salt, if any.
+    pub fn cache_salt(&self) -> Option<&str> {
+        self.cache_salt.as_deref()
+    }
+
+    /// The cache salt as a shared string, if any (used for per-salt accounting).
+    pub fn cache_salt_arc(&self) -> Option<&Arc<str>> {
+        self.cache_salt.as_ref()
+    }
+
+    /// The object group id (0 by default).
+    pub fn object_group_id(&self) -> u32 {
+        self.object_group_id
+    }
+
+    /// The object name in the given format.
+    pub fn object_name(&self, format: NameFormat) -> String {
+        use std::fmt::Write;
+        let mut s = String::with_capacity(
+            self.model_name.len()
+                + 20
+                + self.chunk_hash.len() * 2
+                + self.cache_salt.as_ref().map_or(0, |s| s.len() + 1),
+        );
+        s.push_str(&self.model_name);
+        let _ = write!(s, "@{:08x}@", self.kv_rank);
+        if format == NameFormat::Grouped {
+            let _ = write!(s, "{:x}@", self.object_group_id);
+        }
+        s.push_str(&hex::encode(&self.chunk_hash));
+        if let Some(salt) = &self.cache_salt {
+            s.push('@');
+            s.push_str(salt);
+        }
+        s
+    }
+
+    /// Parses an object name written in `format` back to its key.
+    pub fn parse(name: &str, format: NameFormat) -> Result<Self, KeyError> {
+        let bad = |reason| KeyError::BadName {
+            name: truncate(name),
+            format,
+            reason,
+        };
+        let parts: Vec<&str> = name.split('@').collect();
+        let fixed = match format {
+            NameFormat::Seed => 3,
+            NameFormat::Grouped => 4,
+        };
+        if parts.len() != fixed && parts.len() != fixed + 1 {
+            return Err(bad("wrong number of '@'-separated fields"));
+        }
+        let rank = parts[1];
+        if rank.len() != 8 || !is_lower_hex(rank) {
+            return Err(bad("kv_rank is not 8 lowercase hex digits"));
+        }
+        let kv_rank = u32::from_str_radix(rank, 16).map_err(|_| bad("kv_rank is not hex"))?;
+        let (group, hash) = match format {
+            NameFormat::Seed => (0, parts[2]),
+            NameFormat::Grouped => {
+                let g = parts[2];
+                if g.is_empty() || g.len() > 8 || !is_lower_hex(g) {
+                    return Err(bad("object_group_id is not lowercase hex"));
+                }
+                let g = u32::from_str_radix(g, 16).map_err(|_| bad("object_group_id is not hex"))?;
+                (g, parts[3])
+            }
+        };
+        if hash.len() % 2 != 0 || !is_lower_hex(hash) {
+            return Err(bad("chunk_hash is not lowercase hex of whole bytes"));
+        }
+        let hash = hex::decode(hash).map_err(|_| bad("chunk_hash is not hex"))?;
+        let mut key = ObjectKey::new(parts[0], kv_rank, hash)
+            .map_err(|_| bad("model_name or chunk_hash is empty"))?
+            .with_group(group);
+        if parts.len() == fixed + 1 {
+            key = key
+                .with_salt(parts[fixed])
+                .map_err(|_| bad("cache_salt is not valid"))?;
+        }
+        Ok(key)
+    }
+}
+
+impl fmt::Debug for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ObjectKey({})", self.object_name(NameFormat::Grouped))
+    }
+}
+
+impl fmt::Display for ObjectKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.object_name(NameFormat::Seed))
+    }
+}
+
+/// A JSON-friendly view of a key, used by `kvtier ls --json` and status output.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeyView {
+    /// The model name.
+    pub model_name: String,
+    /// The KV rank.
+    pub kv_rank: u32,
+    /// The chunk hash as lowercase hex.
+    pub chunk_hash: String,
+    /// The cache salt, if any.
+    pub cache_salt: Option<String>,
+    /// The object group id.
+    pub object_group_id: u32,
+}
+
+impl From<&ObjectKey> for KeyView {
+    fn from(k: &ObjectKey) -> Self {
+        Self {
+            model_name: k.model_name().to_owned(),
+            kv_rank: k.kv_rank(),
+            chunk_hash: hex::encode(k.chunk_hash()),
+            cache_salt: k.cache_salt().map(str::to_owned),
+            object_group_id: k.object_group_id(),
+        }
+    }
+}
+
+/// Checks a cache salt: at most 128 characters, none of `@ / \` or NUL.
+pub fn validate_salt(salt: &str) -> Result<(), KeyError> {
+    let chars = salt.chars().count();
+    if chars > MAX_SALT_CHARS {
+        return Err(KeyError::SaltTooLong { chars });
+    }
+    if let Some(ch) = salt.chars().find(|c| matches!(c, '@' | '/' | '\\' | '\0')) {
+        return Err(KeyError::SaltForbiddenChar { ch });
+    }
+    Ok(())
+}
+
+/// Characters the Hugging Face path encoding escapes: everything but `A-Z a-z 0-9 _ . - ~`.
+const HF_ESCAPED: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'-')
+    .remove(b'~');
+
+/// Percent-encodes an object name for a Hugging Face bucket path (uppercase hex; `/` and `@` encoded).
+pub fn hf_encode(name: &str) -> String {
+    utf8_percent_encode(name, HF_ESCAPED).to_string()
+}
+
+/// Reverses [`hf_encode`]; `None` when the result is not UTF-8.
+pub fn hf_decode(encoded: &str) -> Option<String> {
+    percent_decode_str(encoded)
+        .decode_utf8()
+        .ok()
+        .map(|c| c.into_owned())
+}
+
+fn is_lower_hex(s: &str) -> bool {
+    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+fn truncate(s: &str) -> String {
+    s.chars().take(200).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn llama() -> ObjectKey {
+        ObjectKey::new("llama", 255, vec![0u8, 1, 2, 3]).unwrap()
+    }
+
+    #[test]
+    fn seed_vectors_from_design() {
+        assert_eq!(llama().object_name(NameFormat::Seed), "llama@000000ff@00010203");
+        let salted = llama().with_salt("user-42").unwrap();
+        assert_eq!(
+            salted.object_name(NameFormat::Seed),
+            "llama@000000ff@00010203@user-42"
+        );
+        assert_eq!(
+            llama().object_name(NameFormat::Grouped),
+            "llama@000000ff@0@00010203"
+        );
+        assert_eq!(
+            llama().with_group(26).object_name(NameFormat::Grouped),
+            "llama@000000ff@1a@00010203"
+        );
+    }
+
+    #[test]
+    fn names_parse_back() {
+        for fmt in [NameFormat::Seed, NameFormat::Grouped] {
+            for key in [
+                llama(),
+                llama().with_salt("user-42").unwrap(),
+                ObjectKey::new("m", u32::MAX, vec![0xffu8; 32]).unwrap(),
+            ] {
+                let key = if fmt == NameFormat::Grouped {
+                    key.with_group(7)
+                } else {
+                    key
+                };
+                assert_eq!(ObjectKey::parse(&key.object_name(fmt), fmt).unwrap(), key);
+            }
+        }
+    }
+
+    #[test]
+    fn bad_names_are_named_errors() {
+        for name in [
+            "",
+            "llama",
+            "llama@ff@00",
+            "llama@000000FF@00",
+            "llama@000000ff@0",
+            "llama@000000ff@",
+            "@000000ff@00",
+            "llama@000000ff@00@a@b",
+            "llama@000000ff@zz",
+        ] {
+            assert!(
+                matches!(
+                    ObjectKey::parse(name, NameFormat::Seed),
+                    Err(KeyError::BadName { .. })
+                ),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn key_validation() {
+        assert_eq!(ObjectKey::new("", 0, vec![1u8]), Err(KeyError::EmptyModel));
+        assert!(matches!(
+            ObjectKey::new("a@b", 0, vec![1u8]),
+            Err(KeyError::ModelHasSeparator { .. })
+        ));
+        assert_eq!(ObjectKey::new("m", 0, Vec::<u8>::new()), Err(KeyError::EmptyHash));
+        assert!(llama().with_salt("x".repeat(128)).is_ok());
+        assert_eq!(
+            llama().with_salt("x".repeat(129)),
+            Err(KeyError::SaltTooLong { chars: 129 })
+        );
+        for ch in ['@', '/', '\\', '\0'] {
+            assert_eq!(
+                llama().with_salt(format!("a{ch}b")),
+                Err(KeyError::SaltForbiddenChar { ch })
+            );
+        }
+    }
+
+    #[test]
+    fn hf_encoding() {
+        let name = "llama@000000ff@00010203@user-42";
+        assert_eq!(hf_encode(name), "llama%40000000ff%4000010203%40user-42");
+        assert_eq!(hf_encode("a/b c~_.-é"), "a%2Fb%20c~_.-%C3%A9");
+        assert_eq!(hf_decode(&hf_encode(name)).unwrap(), name);
+    }
+}

@@ -1,0 +1,32 @@
+//! kvtier's actors: keys, messages, the controller, the backend actors, eviction, the worker
+//! pool, and the backends.
+//!
+//! ```text
+//!   host ──► Controller ──► BackendActor<MemoryStorage>   (own arbiter)
+//!               │      ├──► BackendActor<FsStorage> ──► WorkerPool (blocking file I/O)
+//!               │      └──► ...
+//!               ▲                 │ UsageEvent
+//!               └──── events ─────┴──► EvictionActor ──► Evict ──► BackendActor
+//! ```
+//!
+//! All state lives inside actors; nothing here takes a lock.
+
+#![warn(missing_docs)]
+
+pub mod backend;
+pub mod backends;
+pub mod config;
+pub mod controller;
+pub mod eviction;
+pub mod key;
+pub mod messages;
+pub mod storage;
+pub mod worker_pool;
+
+pub use backend::BackendActor;
+pub use controller::{AdapterHandle, Controller, Op, OpResult, SubscribeEvents, Submit, TaskId, TierEvent};
+pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
+pub use key::{KeyError, NameFormat, ObjectKey};
+pub use messages::*;
+pub use storage::{BackendError, Storage};
+pub use worker_pool::WorkerPool;

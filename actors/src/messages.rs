@@ -1,0 +1,335 @@
+//! Every message the actors exchange, and their replies.
+//!
+//! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor answer
+//! the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Delete`], [`GetUsage`],
+//! [`GetStatus`], [`ListKeys`]). A backend replies for itself; the controller replies per adapter
+//! (or, for lookups and loads, merged across adapters). Backends publish [`UsageEvent`]s to their
+//! subscribers (the eviction actor and the controller, which relays them to host channels).
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use serde::Serialize;
+
+use crate::key::ObjectKey;
+
+/// Position of an adapter in the configuration (0-based); also its identity in replies and events.
+pub type AdapterIndex = usize;
+
+/// One bit per key, in request order.
+#[derive(Clone, Default, PartialEq, Eq)]
+pub struct Bitmap(Vec<bool>);
+
+impl Bitmap {
+    /// All bits clear.
+    pub fn zeros(n: usize) -> Self {
+        Self(vec![false; n])
+    }
+    /// Number of bits.
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+    /// True when there are no bits.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+    /// Bit `i`.
+    pub fn get(&self, i: usize) -> bool {
+        self.0[i]
+    }
+    /// Sets bit `i` to `v`.
+    pub fn set(&mut self, i: usize, v: bool) {
+        self.0[i] = v;
+    }
+    /// Number of set bits.
+    pub fn count_ones(&self) -> usize {
+        self.0.iter().filter(|b| **b).count()
+    }
+    /// True when every bit is set.
+    pub fn all(&self) -> bool {
+        self.0.iter().all(|b| *b)
+    }
+    /// The bits in order.
+    pub fn iter(&self) -> impl Iterator<Item = bool> + '_ {
+        self.0.iter().copied()
+    }
+}
+
+impl From<Vec<bool>> for Bitmap {
+    fn from(v: Vec<bool>) -> Self {
+        Self(v)
+    }
+}
+
+impl fmt::Debug for Bitmap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for b in &self.0 {
+            f.write_str(if *b { "1" } else { "0" })?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Bitmap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self, f)
+    }
+}
+
+/// Write every object under its key. Objects must be whole chunks; an empty object is rejected.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "StoreReport")]
+pub struct Store {
+    /// The keys, one per object.
+    pub keys: Vec<ObjectKey>,
+    /// The chunk bytes, one per key.
+    pub objects: Vec<Bytes>,
+}
+
+/// One key that could not be stored, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct FailedKey {
+    /// The key.
+    #[serde(serialize_with = "ser_key")]
+    pub key: ObjectKey,
+    /// What went wrong.
+    pub error: String,
+}
+
+/// What one adapter did with a [`Store`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StoreOutcome {
+    /// Keys written (new or re-stored).
+    pub stored: usize,
+    /// Bytes of the keys that were new to this adapter; re-storing a stored key adds 0.
+    pub new_bytes: u64,
+    /// Keys that were not stored.
+    pub failed: Vec<FailedKey>,
+}
+
+impl StoreOutcome {
+    /// True when no key failed.
+    pub fn success(&self) -> bool {
+        self.failed.is_empty()
+    }
+}
+
+/// The reply to [`Store`]: one outcome per adapter, in configuration order (a backend answers
+/// with its own entry only).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct StoreReport {
+    /// Per adapter: its index and outcome.
+    pub adapters: Vec<(AdapterIndex, StoreOutcome)>,
+}
+
+impl StoreReport {
+    /// True when every adapter stored every key.
+    pub fn success(&self) -> bool {
+        self.adapters.iter().all(|(_, o)| o.success())
+    }
+}
+
+/// Find each key and lock it against deletion until [`Unlock`]. Locks are reference counts:
+/// two lookups need two unlocks. The reply has one bit per key: found **and** locked.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Bitmap")]
+pub struct LookupAndLock {
+    /// The keys to look up.
+    pub keys: Vec<ObjectKey>,
+}
+
+/// Fill caller-owned buffers with the keys' bytes. A buffer's length is the expected object
+/// size: an object of another size is a miss and its buffer is left untouched.
+#[derive(Debug, Message)]
+#[rtype(result = "LoadReport")]
+pub struct Load {
+    /// The keys to load.
+    pub keys: Vec<ObjectKey>,
+    /// One buffer per key, each already of the chunk's length (e.g. `BytesMut::zeroed(n)`).
+    pub buffers: Vec<BytesMut>,
+}
+
+/// The reply to [`Load`]: which keys were loaded, and the buffers handed back.
+#[derive(Debug, Default)]
+pub struct LoadReport {
+    /// One bit per key: loaded completely.
+    pub hits: Bitmap,
+    /// The caller's buffers, in request order.
+    pub buffers: Vec<BytesMut>,
+}
+
+/// Release one lock on each key. Never fails; unknown keys are ignored.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Unlock {
+    /// The keys to unlock.
+    pub keys: Vec<ObjectKey>,
+}
+
+/// Remove keys. Locked keys are skipped; unknown keys are no-ops. The reply names exactly the
+/// keys removed.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "DeleteReport")]
+pub struct Delete {
+    /// The keys to remove.
+    pub keys: Vec<ObjectKey>,
+    /// At the controller: only this adapter (`None`: every adapter). Backends ignore it.
+    pub adapter: Option<AdapterIndex>,
+}
+
+/// Keys removed, per adapter.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DeleteReport {
+    /// Per adapter: its index and the keys it removed.
+    pub adapters: Vec<(AdapterIndex, Vec<ObjectKey>)>,
+}
+
+impl DeleteReport {
+    /// Every key removed, across adapters.
+    pub fn all_keys(&self) -> impl Iterator<Item = &ObjectKey> {
+        self.adapters.iter().flat_map(|(_, k)| k.iter())
+    }
+}
+
+/// Sent by the eviction actor: remove up to `count` keys, taken in order from `candidates`
+/// (least recently used first), skipping locked ones.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Vec<ObjectKey>")]
+pub struct Evict {
+    /// Candidates, least recently used first.
+    pub candidates: Vec<ObjectKey>,
+    /// How many to remove at most.
+    pub count: usize,
+}
+
+/// Ask for capacity accounting.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "UsageReport")]
+pub struct GetUsage;
+
+/// One adapter's capacity accounting.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Usage {
+    /// Adapter index.
+    pub adapter: AdapterIndex,
+    /// Bytes of the objects this adapter knows of.
+    pub used_bytes: u64,
+    /// `max_capacity_gb × 1024³`; 0 disables eviction.
+    pub capacity_bytes: u64,
+    /// `used / capacity`, or `-1.0` when the capacity is 0.
+    pub fraction: f64,
+    /// Number of objects known.
+    pub keys: usize,
+    /// Bytes per cache salt (`""` for unsalted keys); only positive entries.
+    pub bytes_by_cache_salt: BTreeMap<String, u64>,
+}
+
+/// Usage of every adapter (a backend answers with one entry).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct UsageReport {
+    /// Per adapter, in configuration order.
+    pub adapters: Vec<Usage>,
+}
+
+/// Ask for health and details.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "StatusReport")]
+pub struct GetStatus;
+
+/// One adapter's health.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Status {
+    /// Adapter index.
+    pub adapter: AdapterIndex,
+    /// Adapter type (`memory`, `fs`, `s3`, `hfbucket`, ...).
+    pub kind: String,
+    /// False when the backend cannot currently serve requests.
+    pub is_healthy: bool,
+    /// Keys currently locked (distinct keys).
+    pub locked_keys: usize,
+    /// Backend-specific details (paths, circuit-breaker state, request counters, ...).
+    pub details: serde_json::Value,
+}
+
+/// Status of every adapter.
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct StatusReport {
+    /// Per adapter, in configuration order.
+    pub adapters: Vec<Status>,
+}
+
+impl StatusReport {
+    /// True when every adapter is healthy.
+    pub fn is_healthy(&self) -> bool {
+        self.adapters.iter().all(|s| s.is_healthy)
+    }
+}
+
+/// List stored keys in object-name order, a page at a time.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<KeyPage, crate::BackendError>")]
+pub struct ListKeys {
+    /// Only keys of this model (`None`: all).
+    pub model: Option<String>,
+    /// Continue after this cursor (from [`KeyPage::next`]).
+    pub cursor: Option<String>,
+    /// Most entries in the page (0 means the default of 500).
+    pub page_size: usize,
+    /// At the controller: which adapter to list.
+    pub adapter: AdapterIndex,
+}
+
+/// One page of keys with their sizes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct KeyPage {
+    /// Keys and sizes in bytes.
+    pub entries: Vec<(ObjectKey, u64)>,
+    /// Cursor for the next page, if there is one.
+    pub next: Option<String>,
+}
+
+/// What happened to the keys of one adapter; published by backend actors.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct UsageEvent {
+    /// The adapter the event is about.
+    pub adapter: AdapterIndex,
+    /// What happened.
+    pub kind: UsageEventKind,
+}
+
+/// The kinds of [`UsageEvent`].
+#[derive(Debug, Clone)]
+pub enum UsageEventKind {
+    /// Keys were written (or found at start-up or by a lookup), with their sizes.
+    /// Refreshes recency.
+    Stored {
+        /// The keys.
+        keys: Vec<ObjectKey>,
+        /// Their sizes, one per key.
+        sizes: Vec<u64>,
+    },
+    /// Keys were hit by a lookup (not sent for loads). Refreshes recency.
+    Accessed {
+        /// The keys.
+        keys: Vec<ObjectKey>,
+    },
+    /// Keys were removed, with the sizes that were accounted for them.
+    Deleted {
+        /// The keys.
+        keys: Vec<ObjectKey>,
+        /// Their sizes, one per key.
+        sizes: Vec<u64>,
+    },
+}
+
+/// Register another recipient of a backend's [`UsageEvent`]s.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct SubscribeUsage(pub Recipient<UsageEvent>);
+
+fn ser_key<S: serde::Serializer>(k: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
+    crate::key::KeyView::from(k).serialize(s)
+}

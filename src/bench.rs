@@ -1,0 +1,649 @@
+//! `kvtier bench`: the main job. It plays a serving process against the configured adapters.
+//!
+//! Phases: **store** N chunks of random KV data spread over several models, ranks and cache
+//! salts; **lookup** (and lock) them; **load** them into caller-owned buffers and verify every
+//! byte; **unlock**. With an `fs` adapter it also times a plain read loop over the same files
+//! (before and after the load phase) and reports the ratio. With a capacity and an LRU policy it
+//! then **overfills** the capacity so eviction runs, and reports what was evicted and the final
+//! usage. With no adapter configured it runs on the embedded default: an `fs` adapter in a fresh
+//! temporary directory with a capacity just above the data set.
+
+use std::io::Read;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use futures_util::stream::{self, StreamExt};
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use kvtier_actors::backends::fs::file_name;
+use kvtier_actors::config::EvictionConfig;
+use kvtier_actors::ObjectKey;
+use rand::{RngCore, SeedableRng};
+use serde::Serialize;
+
+use crate::cli::{ConfigArgs, EXIT_FAILURE, EXIT_OK};
+use crate::config::{AdapterConfig, AdapterSpec, TierConfig};
+use crate::tier::Tier;
+
+const MODELS: [&str; 3] = ["llama-3.1-8b", "mistral-7b", "qwen2.5-72b"];
+const SALTS: [Option<&str>; 3] = [None, Some("tenant-a"), Some("tenant-b")];
+const RANKS: u32 = 4;
+
+/// Command-line arguments of `kvtier bench`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// Configuration.
+    #[command(flatten)]
+    pub cfg: ConfigArgs,
+    /// Number of chunks.
+    #[arg(long, default_value_t = 256)]
+    pub chunks: usize,
+    /// Bytes per chunk (suffixes K, KiB, M, MiB, G, GiB are binary).
+    #[arg(long, default_value = "4MiB")]
+    pub chunk_size: String,
+    /// Keys per request.
+    #[arg(long, default_value_t = 16)]
+    pub batch: usize,
+    /// Requests in flight.
+    #[arg(long, default_value_t = 4)]
+    pub concurrency: usize,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Validated bench parameters.
+#[derive(Debug, Clone, Copy)]
+pub struct BenchOptions {
+    /// Number of chunks.
+    pub chunks: usize,
+    /// Bytes per chunk.
+    pub chunk_size: usize,
+    /// Keys per request.
+    pub batch: usize,
+    /// Requests in flight.
+    pub concurrency: usize,
+    /// JSON output.
+    pub json: bool,
+    /// Draw a progress bar (on a terminal).
+    pub progress: bool,
+}
+
+impl TryFrom<&BenchArgs> for BenchOptions {
+    type Error = String;
+
+    fn try_from(a: &BenchArgs) -> Result<Self, String> {
+        let chunk_size = parse_size(&a.chunk_size)
+            .ok_or_else(|| format!("--chunk-size {:?}: expected bytes like 4MiB or 262144", a.chunk_size))?;
+        if chunk_size == 0 {
+            return Err("--chunk-size must be > 0".into());
+        }
+        for (name, v) in [("--chunks", a.chunks), ("--batch", a.batch), ("--concurrency", a.concurrency)] {
+            if v == 0 {
+                return Err(format!("{name} must be > 0"));
+            }
+        }
+        Ok(Self {
+            chunks: a.chunks,
+            chunk_size,
+            batch: a.batch,
+            concurrency: a.concurrency,
+            json: a.json,
+            progress: !a.json,
+        })
+    }
+}
+
+/// Parses `4MiB`, `256K`, `1g`, `65536` (binary multiples).
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().ok()?;
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+/// Formats bytes with a binary unit.
+pub fn human_bytes(b: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = b as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < UNITS.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{b} B")
+    } else {
+        format!("{v:.2} {}", UNITS[u])
+    }
+}
+
+/// Timing of one phase.
+#[derive(Debug, Clone, Serialize)]
+pub struct PhaseReport {
+    /// Phase name.
+    pub phase: String,
+    /// Keys handled.
+    pub keys: usize,
+    /// Payload bytes moved.
+    pub bytes: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Gigabytes (10^9 bytes) per second.
+    pub gbps: f64,
+    /// Keys per second.
+    pub keys_per_s: f64,
+    /// Median request latency, milliseconds.
+    pub p50_ms: f64,
+    /// 99th-percentile request latency, milliseconds.
+    pub p99_ms: f64,
+}
+
+/// Everything `kvtier bench --json` prints.
+#[derive(Debug, Clone, Serialize)]
+pub struct BenchReport {
+    /// Store throughput, GB/s (10^9 bytes).
+    pub store_gbps: f64,
+    /// Load throughput, GB/s (10^9 bytes).
+    pub load_gbps: f64,
+    /// Lookup-and-lock rate.
+    pub lookup_keys_per_s: f64,
+    /// True only if every loaded byte matched what was stored.
+    pub verified: bool,
+    /// Keys removed by the eviction actor.
+    pub evicted_keys: u64,
+    /// Failed stores, failed requests, and locked keys that did not load.
+    pub errors: u64,
+    /// Chunks and their size.
+    pub chunks: usize,
+    /// Bytes per chunk.
+    pub chunk_size: usize,
+    /// Keys per request.
+    pub batch: usize,
+    /// Requests in flight.
+    pub concurrency: usize,
+    /// Lookup hits in the lookup phase.
+    pub lookup_hits: usize,
+    /// Keys loaded in the load phase.
+    pub load_hits: usize,
+    /// Per phase timings.
+    pub phases: Vec<PhaseReport>,
+    /// Plain read loop over the same files (fs only), GB/s, best of two runs around the load.
+    pub baseline_read_gbps: Option<f64>,
+    /// `load_gbps / baseline_read_gbps`.
+    pub load_vs_baseline: Option<f64>,
+    /// Keys stored by the overfill phase.
+    pub overfill_keys: usize,
+    /// Final usage per adapter.
+    pub usage: Vec<kvtier_actors::Usage>,
+    /// The adapters, secrets redacted.
+    pub adapters: serde_json::Value,
+}
+
+/// Runs the bench for the CLI and prints the report; returns the exit code.
+pub async fn run_cli(config: TierConfig, opts: BenchOptions) -> i32 {
+    match run(config, opts).await {
+        Ok(report) => {
+            if opts.json {
+                println!("{}", serde_json::to_string(&report).unwrap_or_default());
+            } else {
+                print_table(&report);
+            }
+            if report.verified && report.errors == 0 {
+                EXIT_OK
+            } else {
+                EXIT_FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            EXIT_FAILURE
+        }
+    }
+}
+
+struct Workload {
+    keys: Vec<ObjectKey>,
+    payloads: Vec<Bytes>,
+}
+
+impl Workload {
+    fn new(start: usize, n: usize, size: usize, nonce: u64) -> Self {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(nonce ^ start as u64);
+        let mut keys = Vec::with_capacity(n);
+        let mut payloads = Vec::with_capacity(n);
+        for i in start..start + n {
+            let mut hash = Vec::with_capacity(16);
+            hash.extend_from_slice(&nonce.to_be_bytes());
+            hash.extend_from_slice(&(i as u64).to_be_bytes());
+            let mut key = ObjectKey::new(MODELS[i % MODELS.len()], (i as u32 / 3) % RANKS, hash)
+                .expect("bench keys are valid");
+            if let Some(salt) = SALTS[(i / 12) % SALTS.len()] {
+                key = key.with_salt(salt).expect("bench salts are valid");
+            }
+            keys.push(key);
+            let mut data = vec![0u8; size];
+            rng.fill_bytes(&mut data);
+            payloads.push(Bytes::from(data));
+        }
+        Self { keys, payloads }
+    }
+}
+
+struct Timer {
+    name: &'static str,
+    hist: Histogram<u64>,
+    start: Instant,
+}
+
+impl Timer {
+    fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
+            start: Instant::now(),
+        }
+    }
+    fn record(&mut self, d: Duration) {
+        let _ = self.hist.record((d.as_micros() as u64).max(1));
+    }
+    fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
+        let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        PhaseReport {
+            phase: self.name.into(),
+            keys,
+            bytes,
+            seconds: secs,
+            gbps: bytes as f64 / secs / 1e9,
+            keys_per_s: keys as f64 / secs,
+            p50_ms: self.hist.value_at_quantile(0.5) as f64 / 1000.0,
+            p99_ms: self.hist.value_at_quantile(0.99) as f64 / 1000.0,
+        }
+    }
+}
+
+/// Runs the bench and returns its report.
+pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
+    let data_bytes = (opts.chunks * opts.chunk_size) as u64;
+    let _tmp = if config.adapters.is_empty() {
+        let dir = tempfile::Builder::new()
+            .prefix("kvtier-bench-")
+            .tempdir()
+            .map_err(|e| format!("cannot create a temporary directory: {e}"))?;
+        let mut a = AdapterConfig::fs(dir.path());
+        // Room for the data set below the watermark, so the overfill phase is what evicts.
+        a.common.max_capacity_gb = data_bytes as f64 * 1.375 / kvtier_actors::config::GIB;
+        a.common.eviction = Some(EvictionConfig::default());
+        config.adapters.push(a);
+        Some(dir)
+    } else {
+        None
+    };
+    let adapters_json = config.to_redacted_json()["adapters"].clone();
+    let tier = Tier::start(&config).await.map_err(|e| e.to_string())?;
+    let nonce: u64 = rand::random();
+    let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce);
+    let batches: Vec<std::ops::Range<usize>> = (0..opts.chunks)
+        .step_by(opts.batch)
+        .map(|s| s..(s + opts.batch).min(opts.chunks))
+        .collect();
+    let bar = progress_bar(opts, opts.chunks as u64 * 3);
+    let mut errors = 0u64;
+    let mut phases = Vec::new();
+
+    // Store.
+    let (phase, failed) = store_phase(&tier, &work, &batches, opts, &bar).await;
+    errors += failed;
+    phases.push(phase);
+
+    // Lookup and lock.
+    let mut timer = Timer::new("lookup");
+    let hits: Vec<(std::ops::Range<usize>, Result<kvtier_actors::Bitmap, String>, Duration)> =
+        stream::iter(batches.iter().cloned())
+            .map(|r| {
+                let keys = work.keys[r.clone()].to_vec();
+                let tier = &tier;
+                async move {
+                    let t = Instant::now();
+                    let res = tier.lookup_and_lock(keys).await.map_err(|e| e.to_string());
+                    (r, res, t.elapsed())
+                }
+            })
+            .buffer_unordered(opts.concurrency)
+            .inspect(|(r, _, _)| bar.inc(r.len() as u64))
+            .collect()
+            .await;
+    let mut locked = vec![false; opts.chunks];
+    for (r, res, d) in &hits {
+        timer.record(*d);
+        match res {
+            Ok(bits) => {
+                for (i, b) in r.clone().zip(bits.iter()) {
+                    locked[i] = b;
+                }
+            }
+            Err(_) => errors += r.len() as u64,
+        }
+    }
+    let lookup_hits = locked.iter().filter(|b| **b).count();
+    phases.push(timer.finish(opts.chunks, 0));
+
+    // Plain read loop over the same files, around the load phase.
+    let fs_dir = config.adapters.iter().find_map(|a| match &a.spec {
+        AdapterSpec::Fs(c) => Some((c.base_path.clone(), a.common.object_name_format)),
+        _ => None,
+    });
+    let paths: Option<Vec<PathBuf>> = fs_dir.map(|(dir, fmt)| {
+        work.keys
+            .iter()
+            .zip(&locked)
+            .filter(|(_, l)| **l)
+            .map(|(k, _)| dir.join(file_name(k, fmt)))
+            .collect()
+    });
+    let mut baselines = Vec::new();
+    if let Some(p) = &paths {
+        baselines.push(plain_read_loop(p, opts.chunk_size));
+    }
+
+    // Load into pre-faulted caller buffers, then verify.
+    let mut buffers: Vec<Vec<BytesMut>> = batches
+        .iter()
+        .map(|r| {
+            r.clone()
+                .map(|_| {
+                    let mut b = BytesMut::zeroed(opts.chunk_size);
+                    b.fill(0xA5);
+                    b
+                })
+                .collect()
+        })
+        .collect();
+    let mut timer = Timer::new("load");
+    let loaded: Vec<(std::ops::Range<usize>, Result<kvtier_actors::LoadReport, String>, Duration)> =
+        stream::iter(batches.iter().cloned().zip(buffers.drain(..)))
+            .map(|(r, bufs)| {
+                let keys = work.keys[r.clone()].to_vec();
+                let tier = &tier;
+                async move {
+                    let t = Instant::now();
+                    let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
+                    (r, res, t.elapsed())
+                }
+            })
+            .buffer_unordered(opts.concurrency)
+            .inspect(|(r, _, _)| bar.inc(r.len() as u64))
+            .collect()
+            .await;
+    // Stop the clock before verifying: comparing bytes is the bench's work, not the tier's.
+    for (_, _, d) in &loaded {
+        timer.record(*d);
+    }
+    let load_hits: usize = loaded
+        .iter()
+        .filter_map(|(_, res, _)| res.as_ref().ok())
+        .map(|rep| rep.hits.count_ones())
+        .sum();
+    let load_phase = timer.finish(opts.chunks, (load_hits * opts.chunk_size) as u64);
+    let mut mismatched = 0usize;
+    for (r, res, _) in &loaded {
+        match res {
+            Ok(rep) => {
+                for ((i, hit), buf) in r.clone().zip(rep.hits.iter()).zip(&rep.buffers) {
+                    if hit && buf[..] != work.payloads[i][..] {
+                        mismatched += 1;
+                    } else if !hit && locked[i] {
+                        errors += 1;
+                    }
+                }
+            }
+            Err(_) => errors += r.len() as u64,
+        }
+    }
+    if let Some(p) = &paths {
+        baselines.push(plain_read_loop(p, opts.chunk_size));
+    }
+    phases.push(load_phase.clone());
+    drop(loaded);
+
+    // Unlock, then a round trip so every unlock has been applied.
+    for r in &batches {
+        tier.unlock(work.keys[r.clone()].to_vec());
+    }
+    let _ = tier.usage().await;
+    bar.finish_and_clear();
+
+    // Overfill past the smallest LRU capacity so eviction runs.
+    let overfill = overfill_target(&config, data_bytes, opts.chunk_size);
+    if overfill > 0 {
+        let extra = Workload::new(opts.chunks, overfill, opts.chunk_size, nonce);
+        let extra_batches: Vec<std::ops::Range<usize>> = (0..overfill)
+            .step_by(opts.batch)
+            .map(|s| s..(s + opts.batch).min(overfill))
+            .collect();
+        let bar = progress_bar(opts, overfill as u64);
+        let (mut phase, failed) = store_phase(&tier, &extra, &extra_batches, opts, &bar).await;
+        bar.finish_and_clear();
+        phase.phase = "overfill".into();
+        errors += failed;
+        phases.push(phase);
+        settle_eviction(&tier, &config).await;
+    }
+    let evicted_keys = tier
+        .eviction_stats()
+        .await
+        .map(|s| s.iter().map(|(_, s)| s.evicted_keys).sum())
+        .unwrap_or(0);
+    let usage = tier.usage().await.map(|u| u.adapters).unwrap_or_default();
+    tier.shutdown();
+
+    let baseline = baselines.iter().copied().fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))));
+    let get = |name: &str| phases.iter().find(|p| p.phase == name).cloned();
+    let store = get("store").expect("store phase ran");
+    let lookup = get("lookup").expect("lookup phase ran");
+    Ok(BenchReport {
+        store_gbps: store.gbps,
+        load_gbps: load_phase.gbps,
+        lookup_keys_per_s: lookup.keys_per_s,
+        verified: mismatched == 0 && load_hits > 0,
+        evicted_keys,
+        errors,
+        chunks: opts.chunks,
+        chunk_size: opts.chunk_size,
+        batch: opts.batch,
+        concurrency: opts.concurrency,
+        lookup_hits,
+        load_hits,
+        baseline_read_gbps: baseline,
+        load_vs_baseline: baseline.map(|b| load_phase.gbps / b),
+        overfill_keys: overfill,
+        phases,
+        usage,
+        adapters: adapters_json,
+    })
+}
+
+async fn store_phase(
+    tier: &Tier,
+    work: &Workload,
+    batches: &[std::ops::Range<usize>],
+    opts: BenchOptions,
+    bar: &ProgressBar,
+) -> (PhaseReport, u64) {
+    let mut timer = Timer::new("store");
+    let results: Vec<(usize, u64, Duration)> = stream::iter(batches.iter().cloned())
+        .map(|r| {
+            let keys = work.keys[r.clone()].to_vec();
+            let objects = work.payloads[r.clone()].to_vec();
+            async move {
+                let t = Instant::now();
+                let failed = match tier.store(keys, objects).await {
+                    Ok(rep) => {
+                        let mut bad = std::collections::HashSet::new();
+                        for (_, o) in &rep.adapters {
+                            for f in &o.failed {
+                                tracing::warn!(error = %f.error, "bench store failed");
+                                bad.insert(f.key.clone());
+                            }
+                        }
+                        bad.len() as u64
+                    }
+                    Err(_) => r.len() as u64,
+                };
+                (r.len(), failed, t.elapsed())
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .inspect(|(n, _, _)| bar.inc(*n as u64))
+        .collect()
+        .await;
+    let mut failed = 0;
+    for (_, f, d) in &results {
+        timer.record(*d);
+        failed += f;
+    }
+    let keys = batches.iter().map(|r| r.len()).sum::<usize>();
+    let stored = keys as u64 - failed;
+    (timer.finish(keys, stored * opts.chunk_size as u64), failed)
+}
+
+/// Reads every file once, sequentially, into one reused buffer; GB/s.
+fn plain_read_loop(paths: &[PathBuf], chunk_size: usize) -> f64 {
+    let mut buf = vec![0u8; chunk_size];
+    let start = Instant::now();
+    let mut bytes = 0u64;
+    for p in paths {
+        if let Ok(mut f) = std::fs::File::open(p) {
+            if f.read_exact(&mut buf).is_ok() {
+                bytes += chunk_size as u64;
+            }
+        }
+    }
+    bytes as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e9
+}
+
+/// Chunks to add so the smallest LRU-evicting adapter ends at 1.2× its capacity (0 if none).
+fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize {
+    config
+        .adapters
+        .iter()
+        .filter(|a| {
+            a.common.capacity_bytes() > 0
+                && a.common
+                    .eviction
+                    .is_some_and(|e| e.eviction_policy == kvtier_actors::config::EvictionPolicy::Lru)
+        })
+        .map(|a| {
+            let target = (a.common.capacity_bytes() as f64 * 1.2) as u64;
+            (target.saturating_sub(stored)).div_ceil(chunk_size as u64) as usize
+        })
+        .min()
+        .unwrap_or(0)
+}
+
+/// Waits (up to 10 s) until every evicting adapter is below its watermark.
+async fn settle_eviction(tier: &Tier, config: &TierConfig) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < deadline {
+        let Ok(usage) = tier.usage().await else { return };
+        let settled = usage.adapters.iter().all(|u| {
+            let a = &config.adapters[u.adapter];
+            match a.common.eviction {
+                Some(e) if u.capacity_bytes > 0 => u.fraction < e.trigger_watermark,
+                _ => true,
+            }
+        });
+        if settled {
+            return;
+        }
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn progress_bar(opts: BenchOptions, len: u64) -> ProgressBar {
+    if !opts.progress {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:40} {pos}/{len} keys")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
+}
+
+fn print_table(r: &BenchReport) {
+    println!(
+        "kvtier bench: {} chunks x {} ({}), batch {}, concurrency {}",
+        r.chunks,
+        human_bytes(r.chunk_size as u64),
+        human_bytes((r.chunks * r.chunk_size) as u64),
+        r.batch,
+        r.concurrency
+    );
+    if let Some(adapters) = r.adapters.as_array() {
+        for (i, a) in adapters.iter().enumerate() {
+            println!("  adapter #{i}: {a}");
+        }
+    }
+    println!(
+        "{:<9} {:>7} {:>12} {:>14} {:>10} {:>10}",
+        "phase", "keys", "GB/s", "keys/s", "p50 ms", "p99 ms"
+    );
+    for p in &r.phases {
+        println!(
+            "{:<9} {:>7} {:>12.3} {:>14.0} {:>10.3} {:>10.3}",
+            p.phase, p.keys, p.gbps, p.keys_per_s, p.p50_ms, p.p99_ms
+        );
+    }
+    if let (Some(b), Some(ratio)) = (r.baseline_read_gbps, r.load_vs_baseline) {
+        println!("plain read loop over the same files: {b:.3} GB/s; load / plain = {ratio:.2}");
+    }
+    println!(
+        "lookup hits {}/{}, loads {}/{}, evicted {} keys (overfill {} keys)",
+        r.lookup_hits, r.chunks, r.load_hits, r.chunks, r.evicted_keys, r.overfill_keys
+    );
+    for u in &r.usage {
+        println!(
+            "usage #{}: {} keys, {} of {} ({})",
+            u.adapter,
+            u.keys,
+            human_bytes(u.used_bytes),
+            human_bytes(u.capacity_bytes),
+            if u.fraction < 0.0 {
+                "no capacity".to_owned()
+            } else {
+                format!("{:.1}%", u.fraction * 100.0)
+            }
+        );
+    }
+    println!(
+        "verified: {}, errors: {}",
+        if r.verified { "yes" } else { "NO" },
+        r.errors
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4MiB"), Some(4 << 20));
+        assert_eq!(parse_size("256K"), Some(256 << 10));
+        assert_eq!(parse_size("65536"), Some(65536));
+        assert_eq!(parse_size("1 GiB"), Some(1 << 30));
+        assert_eq!(parse_size("4 furlongs"), None);
+        assert_eq!(parse_size(""), None);
+    }
+}

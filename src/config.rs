@@ -1,0 +1,490 @@
+//! Layered, strict configuration.
+//!
+//! Layers, lowest first: built-in defaults < a TOML file (`--config F`, else `kvtier.toml` in
+//! the working directory when present) < environment variables (`KVTIER_…`) < `--l2-adapter`
+//! arguments. Adapters are written either as `[[adapters]]` tables with a `type` and the seeds'
+//! exact field names, or as LMCache JSON strings (`l2_adapter = ['{"type": "s3", …}']` in the
+//! file, `KVTIER_L2_ADAPTER`, or `--l2-adapter` on the command line), so the examples of the
+//! LMCache documentation can be pasted verbatim.
+//!
+//! Parsing is strict: an unknown field, a value of the wrong type (the string `"true"` for a
+//! bool), a missing required field, an out-of-range number or an unknown adapter type is an
+//! error naming the adapter (index and type) and the field. Secrets are never printed.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use kvtier_actors::backends::fs::FsConfig;
+use kvtier_actors::backends::memory::MemoryConfig;
+use kvtier_actors::config::{CommonConfig, FieldError};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::{Map, Value};
+
+/// Name of the file read from the working directory when `--config` is not given.
+pub const DEFAULT_FILE: &str = "kvtier.toml";
+/// Prefix of the environment variables read.
+pub const ENV_PREFIX: &str = "KVTIER";
+/// Default period of the eviction actor's timer, in milliseconds.
+pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
+/// Adapter types known to this build.
+pub const ADAPTER_TYPES: &[&str] = &["memory", "fs"];
+/// Fields whose values are never printed.
+pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
+/// What a secret is printed as.
+pub const REDACTED: &str = "<redacted>";
+
+/// Top-level environment variables read (besides `KVTIER_ADAPTERS__<i>__<FIELD>`).
+pub const ENV_VARS: &[&str] = &["KVTIER_EVICTION_INTERVAL_MS", "KVTIER_L2_ADAPTER"];
+
+const TOP_LEVEL_FIELDS: &[&str] = &["adapters", "l2_adapter", "eviction_interval_ms"];
+
+/// A configuration error. Every variant names where the bad value came from.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// The file could not be read or is not valid TOML.
+    #[error("config file {path}: {message}")]
+    File {
+        /// The file.
+        path: String,
+        /// What went wrong.
+        message: String,
+    },
+    /// A top-level field is unknown or has a bad value.
+    #[error("config: field `{field}`: {message}")]
+    Field {
+        /// The field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An environment variable could not be applied.
+    #[error("environment variable {var}: {message}")]
+    Env {
+        /// The variable.
+        var: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An adapter's JSON text does not parse.
+    #[error("adapter #{index}: not a JSON object: {message}")]
+    Json {
+        /// The adapter's position.
+        index: usize,
+        /// The parser's message.
+        message: String,
+    },
+    /// An adapter field is unknown, missing, of the wrong type or out of range.
+    #[error("adapter #{index} ({kind}): field `{field}`: {message}")]
+    Adapter {
+        /// The adapter's position (0-based, in configuration order).
+        index: usize,
+        /// Its `type` (or `?` when missing).
+        kind: String,
+        /// The field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// There is nothing to run on.
+    #[error("no adapters configured: add [[adapters]] to the config file or pass --l2-adapter '<json>'")]
+    NoAdapters,
+}
+
+/// Type-specific settings of an adapter.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum AdapterSpec {
+    /// `type = "memory"`.
+    Memory(MemoryConfig),
+    /// `type = "fs"`.
+    Fs(FsConfig),
+}
+
+impl AdapterSpec {
+    /// The adapter type name.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            AdapterSpec::Memory(_) => "memory",
+            AdapterSpec::Fs(_) => "fs",
+        }
+    }
+}
+
+/// One configured adapter: common fields plus its type's own.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AdapterConfig {
+    /// Capacity, eviction and name format.
+    pub common: CommonConfig,
+    /// The type and its fields.
+    pub spec: AdapterSpec,
+}
+
+impl AdapterConfig {
+    /// A `memory` adapter with defaults.
+    pub fn memory() -> Self {
+        Self {
+            common: CommonConfig::default(),
+            spec: AdapterSpec::Memory(MemoryConfig::default()),
+        }
+    }
+
+    /// An `fs` adapter on `base_path` with defaults.
+    pub fn fs(base_path: impl Into<PathBuf>) -> Self {
+        Self {
+            common: CommonConfig::default(),
+            spec: AdapterSpec::Fs(FsConfig::new(base_path)),
+        }
+    }
+
+    /// The resolved adapter as JSON, secrets redacted.
+    pub fn to_redacted_json(&self) -> Value {
+        let mut v = serde_json::to_value(&self.spec).unwrap_or(Value::Null);
+        if let (Value::Object(m), Ok(Value::Object(c))) =
+            (&mut v, serde_json::to_value(self.common))
+        {
+            m.extend(c);
+        }
+        redact(&mut v);
+        v
+    }
+}
+
+/// The whole runtime configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TierConfig {
+    /// Adapters in order: lookups prefer earlier ones.
+    pub adapters: Vec<AdapterConfig>,
+    /// Period of the eviction actor's timer check (default 1000 ms).
+    pub eviction_interval_ms: u64,
+}
+
+impl Default for TierConfig {
+    fn default() -> Self {
+        Self {
+            adapters: Vec::new(),
+            eviction_interval_ms: DEFAULT_EVICTION_INTERVAL_MS,
+        }
+    }
+}
+
+/// Where to read the configuration from.
+#[derive(Debug, Clone, Default)]
+pub struct ConfigSources {
+    /// `--config F`: this TOML file (must exist).
+    pub file: Option<PathBuf>,
+    /// When `file` is `None`, read `kvtier.toml` from this directory if present (the CLI passes
+    /// the working directory; `None` skips it).
+    pub search_dir: Option<PathBuf>,
+    /// Environment variables to read (`None`: the process environment).
+    pub env: Option<HashMap<String, String>>,
+    /// `--l2-adapter` JSON strings; when any are given they replace the adapters of lower layers.
+    pub cli_adapters: Vec<String>,
+}
+
+impl TierConfig {
+    /// Loads and validates the layered configuration.
+    pub fn load(src: &ConfigSources) -> Result<Self, ConfigError> {
+        let env: HashMap<String, String> = match &src.env {
+            Some(e) => e.clone(),
+            None => std::env::vars().collect(),
+        };
+        let file = match (&src.file, &src.search_dir) {
+            (Some(f), _) => Some(f.clone()),
+            (None, Some(dir)) => Some(dir.join(DEFAULT_FILE)).filter(|p| p.is_file()),
+            (None, None) => None,
+        };
+        let merged = merge_layers(file.as_deref(), &env)?;
+        let mut top = match merged {
+            Value::Object(m) => m,
+            _ => Map::new(),
+        };
+        if let Some(unknown) = top.keys().find(|k| !TOP_LEVEL_FIELDS.contains(&k.as_str())) {
+            return Err(ConfigError::Field {
+                field: unknown.clone(),
+                message: format!("unknown field; expected one of {}", TOP_LEVEL_FIELDS.join(", ")),
+            });
+        }
+        let eviction_interval_ms = match top.remove("eviction_interval_ms") {
+            None => DEFAULT_EVICTION_INTERVAL_MS,
+            Some(v) => match v.as_u64() {
+                Some(ms) if ms > 0 => ms,
+                _ => {
+                    return Err(ConfigError::Field {
+                        field: "eviction_interval_ms".into(),
+                        message: format!("must be a whole number of milliseconds > 0, got {v}"),
+                    })
+                }
+            },
+        };
+
+        let mut raw: Vec<Value> = match top.remove("adapters") {
+            None => Vec::new(),
+            Some(Value::Array(a)) => a,
+            Some(other) => {
+                return Err(ConfigError::Field {
+                    field: "adapters".into(),
+                    message: format!("must be an array of tables ([[adapters]]), got {}", type_name(&other)),
+                })
+            }
+        };
+        match top.remove("l2_adapter") {
+            None => {}
+            Some(Value::String(s)) => raw.push(Value::String(s)),
+            Some(Value::Array(a)) => raw.extend(a),
+            Some(other) => {
+                return Err(ConfigError::Field {
+                    field: "l2_adapter".into(),
+                    message: format!("must be a JSON string or an array of them, got {}", type_name(&other)),
+                })
+            }
+        }
+        if !src.cli_adapters.is_empty() {
+            raw = src.cli_adapters.iter().cloned().map(Value::String).collect();
+        }
+        // JSON strings become objects, so environment overrides can reach their fields.
+        let mut objects = Vec::with_capacity(raw.len());
+        for (index, v) in raw.into_iter().enumerate() {
+            objects.push(match v {
+                Value::String(text) => serde_json::from_str::<Value>(&text).map_err(|e| {
+                    ConfigError::Json {
+                        index,
+                        message: e.to_string(),
+                    }
+                })?,
+                other => other,
+            });
+        }
+        apply_adapter_env(&mut objects, &env)?;
+        let adapters = objects
+            .into_iter()
+            .enumerate()
+            .map(|(i, v)| parse_adapter(i, v))
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(TierConfig {
+            adapters,
+            eviction_interval_ms,
+        })
+    }
+
+    /// The resolved configuration as JSON, secrets redacted.
+    pub fn to_redacted_json(&self) -> Value {
+        serde_json::json!({
+            "eviction_interval_ms": self.eviction_interval_ms,
+            "adapters": self.adapters.iter().map(AdapterConfig::to_redacted_json).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Parses one adapter given as LMCache JSON text (as `--l2-adapter` takes it).
+pub fn parse_adapter_json(index: usize, text: &str) -> Result<AdapterConfig, ConfigError> {
+    let v = serde_json::from_str::<Value>(text).map_err(|e| ConfigError::Json {
+        index,
+        message: e.to_string(),
+    })?;
+    parse_adapter(index, v)
+}
+
+/// Parses one adapter object: its `type`, the common fields, then the type's own, strictly.
+pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, ConfigError> {
+    let Value::Object(mut obj) = value else {
+        return Err(ConfigError::Json {
+            index,
+            message: format!("expected an object, got {}", type_name(&value)),
+        });
+    };
+    let err = |kind: &str, field: &str, message: String| ConfigError::Adapter {
+        index,
+        kind: kind.to_owned(),
+        field: field.to_owned(),
+        message,
+    };
+    let kind = match obj.remove("type") {
+        Some(Value::String(t)) => t,
+        Some(other) => {
+            return Err(err("?", "type", format!("must be a string, got {}", type_name(&other))))
+        }
+        None => {
+            return Err(err(
+                "?",
+                "type",
+                format!("missing; expected one of {}", ADAPTER_TYPES.join(", ")),
+            ))
+        }
+    };
+    let mut common_obj = Map::new();
+    for f in CommonConfig::FIELDS {
+        if let Some(v) = obj.remove(f) {
+            common_obj.insert(f.to_owned(), v);
+        }
+    }
+    let field_err = |e: FieldError| err(&kind, &e.field, e.message);
+    let common: CommonConfig =
+        strict(Value::Object(common_obj)).map_err(|(f, m)| err(&kind, &f, m))?;
+    common.validate().map_err(field_err)?;
+    let rest = Value::Object(obj);
+    let spec = match kind.as_str() {
+        "memory" => AdapterSpec::Memory(strict(rest).map_err(|(f, m)| err(&kind, &f, m))?),
+        "fs" => {
+            let c: FsConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
+            c.validate().map_err(field_err)?;
+            AdapterSpec::Fs(c)
+        }
+        other => {
+            return Err(err(
+                other,
+                "type",
+                format!("unknown adapter type {other:?}; expected one of {}", ADAPTER_TYPES.join(", ")),
+            ))
+        }
+    };
+    Ok(AdapterConfig { common, spec })
+}
+
+/// Deserializes strictly, returning `(field path, message)` on error, with secret values hidden.
+fn strict<T: DeserializeOwned>(v: Value) -> Result<T, (String, String)> {
+    serde_path_to_error::deserialize(v).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.inner().to_string();
+        let field = if path == "." || path.is_empty() {
+            quoted_field(&message).unwrap_or_else(|| "?".into())
+        } else {
+            path
+        };
+        let message = if SECRET_FIELDS.iter().any(|s| field.ends_with(s)) {
+            "invalid value (not shown: secret)".to_owned()
+        } else {
+            message
+        };
+        (field, message)
+    })
+}
+
+/// The field named in a serde message like "missing field `x`".
+fn quoted_field(message: &str) -> Option<String> {
+    let start = message.find('`')? + 1;
+    let len = message[start..].find('`')?;
+    Some(message[start..start + len].to_owned())
+}
+
+fn type_name(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a bool",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Replaces the values of secret fields, at any depth.
+pub fn redact(v: &mut Value) {
+    match v {
+        Value::Object(m) => {
+            for (k, val) in m.iter_mut() {
+                if SECRET_FIELDS.contains(&k.as_str()) && !val.is_null() {
+                    *val = Value::String(REDACTED.into());
+                } else {
+                    redact(val);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(redact),
+        _ => {}
+    }
+}
+
+/// Merges defaults, the file and the top-level environment variables with the `config` crate.
+fn merge_layers(file: Option<&Path>, env: &HashMap<String, String>) -> Result<Value, ConfigError> {
+    use config::{Config, Environment, File, FileFormat};
+    let file_err = |path: &Path, e: config::ConfigError| ConfigError::File {
+        path: path.display().to_string(),
+        message: e.to_string(),
+    };
+    // Only the known top-level variables: other KVTIER_* names (KVTIER_LOG, test tooling) are
+    // not configuration. Per-adapter overrides are applied by `apply_adapter_env`, after JSON
+    // strings are parsed.
+    let top_env: HashMap<String, String> = env
+        .iter()
+        .filter(|(k, _)| ENV_VARS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut builder = Config::builder();
+    if let Some(path) = file {
+        if !path.is_file() {
+            return Err(ConfigError::File {
+                path: path.display().to_string(),
+                message: "no such file".into(),
+            });
+        }
+        builder = builder.add_source(File::from(path).format(FileFormat::Toml).required(true));
+    }
+    builder = builder.add_source(
+        Environment::with_prefix(ENV_PREFIX)
+            .prefix_separator("_")
+            .separator("__")
+            .try_parsing(true)
+            .source(Some(top_env.into_iter().collect())),
+    );
+    let cfg = builder.build().map_err(|e| match file {
+        Some(p) => file_err(p, e),
+        None => ConfigError::Field {
+            field: "?".into(),
+            message: e.to_string(),
+        },
+    })?;
+    cfg.try_deserialize::<Value>().map_err(|e| ConfigError::Field {
+        field: "?".into(),
+        message: e.to_string(),
+    })
+}
+
+/// Applies `KVTIER_ADAPTERS__<i>__<FIELD>[__<SUBFIELD>]` overrides. Values are read as JSON
+/// scalars when they parse as such (`5`, `0.5`, `true`), else as strings; quote a string that
+/// looks like a number (`'"5"'`).
+fn apply_adapter_env(objects: &mut [Value], env: &HashMap<String, String>) -> Result<(), ConfigError> {
+    let mut vars: Vec<(&String, &String)> = env
+        .iter()
+        .filter(|(k, _)| k.starts_with("KVTIER_ADAPTERS__"))
+        .collect();
+    vars.sort();
+    for (var, raw) in vars {
+        let env_err = |message: String| ConfigError::Env {
+            var: var.clone(),
+            message,
+        };
+        let path: Vec<String> = var["KVTIER_ADAPTERS__".len()..]
+            .split("__")
+            .map(str::to_lowercase)
+            .collect();
+        let index: usize = path[0]
+            .parse()
+            .map_err(|_| env_err(format!("{:?} is not an adapter index", path[0])))?;
+        if path.len() < 2 || path[1..].iter().any(String::is_empty) {
+            return Err(env_err("expected KVTIER_ADAPTERS__<index>__<field>".into()));
+        }
+        let Some(target) = objects.get_mut(index) else {
+            return Err(env_err(format!(
+                "there is no adapter #{index} (there are {})",
+                objects.len()
+            )));
+        };
+        let value = match serde_json::from_str::<Value>(raw) {
+            Ok(v @ (Value::Bool(_) | Value::Number(_) | Value::String(_) | Value::Null)) => v,
+            _ => Value::String(raw.clone()),
+        };
+        let mut node = target;
+        for (depth, seg) in path[1..].iter().enumerate() {
+            let Value::Object(m) = node else {
+                return Err(env_err(format!("adapter #{index} is not a table")));
+            };
+            if depth == path.len() - 2 {
+                m.insert(seg.clone(), value);
+                break;
+            }
+            node = m.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+        }
+    }
+    Ok(())
+}

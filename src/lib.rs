@@ -1,0 +1,43 @@
+//! kvtier: an embeddable, actor-based runtime for the L2 tier of an LLM KV cache.
+//!
+//! A serving process hands kvtier fixed-size KV chunks; kvtier stores them as objects in remote
+//! or local stores, finds and locks them again, loads them into caller-owned buffers, accounts
+//! for capacity and evicts least-recently-used objects past a watermark. Objects use LMCache MP's
+//! names and raw bytes, so either can read what the other wrote.
+//!
+//! * [`config`]: the layered, strict configuration (TOML, environment, LMCache JSON).
+//! * [`tier`]: [`Tier::start`] assembles the actors from a configuration.
+//! * [`kvtier_actors`] (re-exported as [`actors`]): keys, messages, actors and backends.
+//!
+//! ```no_run
+//! use bytes::{Bytes, BytesMut};
+//! use kvtier::{AdapterConfig, ObjectKey, Tier, TierConfig};
+//!
+//! #[actix::main]
+//! async fn main() {
+//!     let config = TierConfig { adapters: vec![AdapterConfig::memory()], ..Default::default() };
+//!     let tier = Tier::start(&config).await.unwrap();
+//!     let key = ObjectKey::new("llama", 0, vec![1u8, 2, 3]).unwrap();
+//!     tier.store(vec![key.clone()], vec![Bytes::from(vec![7u8; 4096])]).await.unwrap();
+//!     assert!(tier.lookup_and_lock(vec![key.clone()]).await.unwrap().all());
+//!     let report = tier.load(vec![key.clone()], vec![BytesMut::zeroed(4096)]).await.unwrap();
+//!     assert!(report.hits.all());
+//!     tier.unlock(vec![key]);
+//!     tier.shutdown();
+//! }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod cli;
+pub mod config;
+pub mod tier;
+
+pub use config::{AdapterConfig, AdapterSpec, ConfigError, ConfigSources, TierConfig};
+pub use kvtier_actors as actors;
+pub use kvtier_actors::{
+    Bitmap, Delete, GetStatus, GetUsage, KeyPage, ListKeys, Load, LoadReport, LookupAndLock,
+    NameFormat, ObjectKey, Store, StoreReport, TierEvent, Unlock, UsageEvent,
+};
+pub use tier::{StartError, Tier};

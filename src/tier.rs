@@ -1,0 +1,194 @@
+//! Runtime assembly: turns a [`TierConfig`] into running actors.
+//!
+//! [`Tier::start`] starts, each on an arbiter (thread) of its own: the eviction actor, one backend
+//! actor per adapter, and the controller; then it subscribes the controller and the eviction
+//! actor to every backend's usage events. Hosts talk to [`Tier::controller`] with the messages of
+//! [`kvtier_actors::messages`], or use the typed helpers here.
+
+use std::time::Duration;
+
+use actix::prelude::*;
+use bytes::{Bytes, BytesMut};
+use kvtier_actors::backends::fs::FsStorage;
+use kvtier_actors::backends::memory::MemoryStorage;
+use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
+use kvtier_actors::{
+    AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
+    EvictionActor, EvictionStats, EvictionTarget, LoadReport, ObjectKey, StatusReport, Storage,
+    StoreReport, SubscribeEvents, TierEvent, UsageEvent, UsageReport,
+};
+
+use crate::config::{AdapterSpec, TierConfig};
+
+/// Why the runtime did not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// No adapter was configured.
+    #[error("no adapters configured")]
+    NoAdapters,
+    /// An adapter's store could not be opened.
+    #[error("adapter #{index} ({kind}): {source}")]
+    Adapter {
+        /// The adapter's position.
+        index: AdapterIndex,
+        /// Its type.
+        kind: &'static str,
+        /// What failed.
+        source: BackendError,
+    },
+}
+
+/// A running kvtier runtime. Dropping it leaves the actors running; call [`Tier::shutdown`].
+pub struct Tier {
+    controller: Addr<Controller>,
+    evictor: Addr<EvictionActor>,
+    arbiters: Vec<Arbiter>,
+}
+
+impl Tier {
+    /// Starts the actors for `config`. Must be called inside a running actix `System`.
+    pub async fn start(config: &TierConfig) -> Result<Tier, StartError> {
+        if config.adapters.is_empty() {
+            return Err(StartError::NoAdapters);
+        }
+        let mut arbiters = Vec::new();
+        let targets: Vec<EvictionTarget> = config
+            .adapters
+            .iter()
+            .enumerate()
+            .filter_map(|(i, a)| {
+                a.common.eviction.map(|e| EvictionTarget {
+                    adapter: i,
+                    capacity_bytes: a.common.capacity_bytes(),
+                    config: e,
+                })
+            })
+            .collect();
+        let interval = Duration::from_millis(config.eviction_interval_ms);
+        let evict_arbiter = Arbiter::new();
+        let evictor = EvictionActor::start_in_arbiter(&evict_arbiter.handle(), move |_| {
+            EvictionActor::new(targets, interval)
+        });
+        arbiters.push(evict_arbiter);
+
+        let mut handles = Vec::new();
+        for (index, adapter) in config.adapters.iter().enumerate() {
+            let capacity = adapter.common.capacity_bytes();
+            let format = adapter.common.object_name_format;
+            let subscribers = vec![evictor.clone().recipient::<UsageEvent>()];
+            let kind = adapter.spec.kind();
+            let fail = |source| StartError::Adapter {
+                index,
+                kind,
+                source,
+            };
+            let (arbiter, handle) = match &adapter.spec {
+                AdapterSpec::Memory(_) => spawn(index, MemoryStorage::new(format), capacity, subscribers),
+                AdapterSpec::Fs(c) => spawn(
+                    index,
+                    FsStorage::open(c, format).map_err(fail)?,
+                    capacity,
+                    subscribers,
+                ),
+            };
+            arbiters.push(arbiter);
+            handles.push(handle);
+        }
+
+        let control_arbiter = Arbiter::new();
+        let for_controller = handles.clone();
+        let controller = Controller::start_in_arbiter(&control_arbiter.handle(), move |_| {
+            Controller::new(for_controller)
+        });
+        arbiters.push(control_arbiter);
+        for h in &handles {
+            h.subscribe.do_send(kvtier_actors::SubscribeUsage(controller.clone().recipient()));
+            evictor.do_send(AttachBackend {
+                adapter: h.index,
+                evict: h.evict.clone(),
+            });
+        }
+        Ok(Tier {
+            controller,
+            evictor,
+            arbiters,
+        })
+    }
+
+    /// The controller, for sending messages directly.
+    pub fn controller(&self) -> &Addr<Controller> {
+        &self.controller
+    }
+
+    /// The eviction actor.
+    pub fn evictor(&self) -> &Addr<EvictionActor> {
+        &self.evictor
+    }
+
+    /// A new channel receiving usage events and completions of submitted operations.
+    pub fn events(&self) -> flume::Receiver<TierEvent> {
+        let (tx, rx) = flume::unbounded();
+        self.controller.do_send(SubscribeEvents(tx));
+        rx
+    }
+
+    /// Stores objects on every adapter.
+    pub async fn store(&self, keys: Vec<ObjectKey>, objects: Vec<Bytes>) -> Result<StoreReport, MailboxError> {
+        self.controller.send(kvtier_actors::Store { keys, objects }).await
+    }
+
+    /// Looks up and locks keys.
+    pub async fn lookup_and_lock(&self, keys: Vec<ObjectKey>) -> Result<Bitmap, MailboxError> {
+        self.controller.send(kvtier_actors::LookupAndLock { keys }).await
+    }
+
+    /// Loads keys into the caller's buffers.
+    pub async fn load(&self, keys: Vec<ObjectKey>, buffers: Vec<BytesMut>) -> Result<LoadReport, MailboxError> {
+        self.controller.send(kvtier_actors::Load { keys, buffers }).await
+    }
+
+    /// Releases locks (fire-and-forget).
+    pub fn unlock(&self, keys: Vec<ObjectKey>) {
+        self.controller.do_send(kvtier_actors::Unlock { keys });
+    }
+
+    /// Deletes keys from every adapter.
+    pub async fn delete(&self, keys: Vec<ObjectKey>) -> Result<DeleteReport, MailboxError> {
+        self.controller
+            .send(kvtier_actors::Delete { keys, adapter: None })
+            .await
+    }
+
+    /// Usage of every adapter.
+    pub async fn usage(&self) -> Result<UsageReport, MailboxError> {
+        self.controller.send(kvtier_actors::GetUsage).await
+    }
+
+    /// Status of every adapter.
+    pub async fn status(&self) -> Result<StatusReport, MailboxError> {
+        self.controller.send(kvtier_actors::GetStatus).await
+    }
+
+    /// Eviction counters per adapter (only adapters with an LRU policy and a capacity).
+    pub async fn eviction_stats(&self) -> Result<Vec<(AdapterIndex, EvictionStats)>, MailboxError> {
+        self.evictor.send(GetEvictionStats).await
+    }
+
+    /// Stops every actor of this runtime (their arbiters finish their current work and exit).
+    pub fn shutdown(self) {
+        for a in self.arbiters {
+            a.stop();
+        }
+    }
+}
+
+fn spawn<S: Storage + Send>(
+    index: AdapterIndex,
+    storage: S,
+    capacity: u64,
+    subscribers: Vec<actix::Recipient<UsageEvent>>,
+) -> (Arbiter, AdapterHandle) {
+    let kind = storage.kind();
+    let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers).spawn();
+    (arbiter, AdapterHandle::new(index, kind, &addr))
+}

@@ -1,0 +1,80 @@
+//! The `kvtier` binary's exit codes and outputs.
+
+use std::process::Command;
+
+fn kvtier(args: &[&str]) -> (i32, String, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_kvtier"))
+        .args(args)
+        .current_dir(dir.path())
+        .env_remove("KVTIER_L2_ADAPTER")
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn check_config_prints_resolved_config_or_error() {
+    let (code, out, _) = kvtier(&["check-config", "--l2-adapter", r#"{"type": "fs", "base_path": "/tmp/x"}"#]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["adapters"][0]["type"], "fs");
+    assert_eq!(v["adapters"][0]["num_workers"], 4);
+    let (code, _, err) = kvtier(&["check-config", "--l2-adapter", r#"{"type": "fs"}"#]);
+    assert_eq!(code, 2);
+    assert!(err.contains("adapter #0 (fs): field `base_path`"), "{err}");
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    assert_eq!(kvtier(&["bench", "--chunks", "lots"]).0, 2);
+    assert_eq!(kvtier(&["bench", "--chunk-size", "4 furlongs"]).0, 2);
+    assert_eq!(kvtier(&["bench", "--batch", "0"]).0, 2);
+    assert_eq!(kvtier(&["no-such-command"]).0, 2);
+    let (code, _, err) = kvtier(&["usage"]);
+    assert_eq!(code, 2, "no adapters");
+    assert!(err.contains("no adapters configured"), "{err}");
+}
+
+#[test]
+fn bench_json_on_embedded_default() {
+    let (code, out, err) = kvtier(&["bench", "--chunks", "48", "--chunk-size", "64KiB", "--batch", "8", "--json"]);
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    for field in ["store_gbps", "load_gbps", "lookup_keys_per_s", "verified", "evicted_keys", "errors"] {
+        assert!(v.get(field).is_some(), "missing {field} in {out}");
+    }
+    assert_eq!(v["verified"], true);
+    assert_eq!(v["errors"], 0);
+    assert_eq!(v["load_hits"], 48);
+    assert!(v["evicted_keys"].as_u64().unwrap() > 0, "the overfill phase evicts: {out}");
+    let u = &v["usage"][0];
+    assert!(u["fraction"].as_f64().unwrap() < 0.8, "eviction brought usage under the watermark: {out}");
+}
+
+#[test]
+fn ls_and_usage_on_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = format!(r#"{{"type": "fs", "base_path": "{}"}}"#, dir.path().display());
+    std::fs::write(dir.path().join("m@0x00000001@0a0b.data"), vec![1u8; 10]).unwrap();
+    std::fs::write(dir.path().join("m@0x00000002@0c@salt.data"), vec![1u8; 20]).unwrap();
+    let (code, out, _) = kvtier(&["ls", "--l2-adapter", &spec]);
+    assert_eq!(code, 0);
+    assert_eq!(out, "m@00000001@0a0b\t10\nm@00000002@0c@salt\t20\n");
+    let (code, out, _) = kvtier(&["ls", "--json", "--model", "m", "--l2-adapter", &spec]);
+    assert_eq!(code, 0);
+    let first: serde_json::Value = serde_json::from_str(out.lines().next().unwrap()).unwrap();
+    assert_eq!(first["kv_rank"], 1);
+    assert_eq!(first["size"], 10);
+    let (code, out, _) = kvtier(&["usage", "--json", "--l2-adapter", &spec]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["adapters"][0]["used_bytes"], 30);
+    assert_eq!(v["adapters"][0]["fraction"], -1.0);
+    let (code, _, _) = kvtier(&["ls", "--adapter", "3", "--l2-adapter", &spec]);
+    assert_eq!(code, 1, "no such adapter");
+}

@@ -1,0 +1,466 @@
+//! The conformance suite: the same behaviour tests against every backend.
+//!
+//! A backend's test file implements [`Fixture`] (how to make a fresh, empty adapter) and invokes
+//! [`conformance_tests!`](crate::conformance_tests), which expands to one `#[actix_rt::test]` per
+//! behaviour below.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use kvtier::actors::config::{EvictionConfig, EvictionPolicy, GIB};
+use kvtier::actors::eviction::GetLruOrder;
+use kvtier::actors::{Delete, ListKeys, TierEvent, UsageEventKind};
+use kvtier::{AdapterConfig, Tier, TierConfig};
+
+use super::{key, payload, salted, wait_until};
+
+/// Makes fresh, empty adapters of one backend type.
+pub trait Fixture {
+    /// A new adapter with its own empty namespace (directory, bucket prefix, ...). `slot`
+    /// distinguishes several adapters of one test.
+    fn adapter(&self, slot: usize) -> AdapterConfig;
+}
+
+/// Starts a tier with one adapter from `fx`, after `tweak` adjusts it.
+pub async fn start(fx: &impl Fixture, tweak: impl FnOnce(&mut AdapterConfig)) -> Tier {
+    let mut a = fx.adapter(0);
+    tweak(&mut a);
+    Tier::start(&TierConfig {
+        adapters: vec![a],
+        eviction_interval_ms: 50,
+    })
+    .await
+    .expect("tier starts")
+}
+
+/// Capacity of `bytes` with an eviction policy.
+pub fn with_capacity(bytes: u64, eviction: Option<EvictionConfig>) -> impl FnOnce(&mut AdapterConfig) {
+    move |a| {
+        a.common.max_capacity_gb = bytes as f64 / GIB;
+        a.common.eviction = eviction;
+    }
+}
+
+fn lru(watermark: f64, ratio: f64) -> Option<EvictionConfig> {
+    Some(EvictionConfig {
+        eviction_policy: EvictionPolicy::Lru,
+        trigger_watermark: watermark,
+        eviction_ratio: ratio,
+    })
+}
+
+fn bufs(n: usize, size: usize) -> Vec<BytesMut> {
+    (0..n).map(|_| BytesMut::zeroed(size)).collect()
+}
+
+async fn used(tier: &Tier) -> u64 {
+    tier.usage().await.unwrap().adapters[0].used_bytes
+}
+
+/// Store, lookup, load, verify, unlock.
+pub async fn roundtrip(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let keys: Vec<_> = (0..4).map(key).collect();
+    let objs: Vec<_> = (0..4).map(|i| payload(i, 1024)).collect();
+    let rep = tier.store(keys.clone(), objs.clone()).await.unwrap();
+    assert!(rep.success(), "{rep:?}");
+    assert_eq!(rep.adapters[0].1.stored, 4);
+    assert_eq!(rep.adapters[0].1.new_bytes, 4096);
+    let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
+    assert_eq!(format!("{hits}"), "1111");
+    let loaded = tier.load(keys.clone(), bufs(4, 1024)).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "1111");
+    for (b, o) in loaded.buffers.iter().zip(&objs) {
+        assert_eq!(&b[..], &o[..]);
+    }
+    tier.unlock(keys);
+    tier.shutdown();
+}
+
+/// Lookups of stored and unknown keys give a 1010 pattern; loads likewise.
+pub async fn partial_hits(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    tier.store(vec![key(0), key(2)], vec![payload(0, 512), payload(2, 512)])
+        .await
+        .unwrap();
+    let keys = vec![key(0), key(1), key(2), key(3)];
+    let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
+    assert_eq!(format!("{hits}"), "1010");
+    let loaded = tier.load(keys.clone(), bufs(4, 512)).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "1010");
+    assert_eq!(&loaded.buffers[2][..], &payload(2, 512)[..]);
+    tier.unlock(keys);
+    tier.shutdown();
+}
+
+/// Loading an absent key is a miss and leaves the buffer alone.
+pub async fn load_miss(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let mut b = BytesMut::zeroed(64);
+    b.fill(7);
+    let loaded = tier.load(vec![key(9)], vec![b]).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "0");
+    assert!(loaded.buffers[0].iter().all(|x| *x == 7));
+    tier.shutdown();
+}
+
+/// An object whose size differs from its buffer is a miss, never a partial copy.
+pub async fn size_mismatch_is_miss(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    tier.store(vec![key(1)], vec![payload(1, 1000)]).await.unwrap();
+    for size in [999, 1001] {
+        let mut b = BytesMut::zeroed(size);
+        b.fill(7);
+        let loaded = tier.load(vec![key(1)], vec![b]).await.unwrap();
+        assert_eq!(format!("{}", loaded.hits), "0", "buffer of {size}");
+        assert!(loaded.buffers[0].iter().all(|x| *x == 7), "buffer of {size} was written");
+        assert_eq!(loaded.buffers[0].len(), size);
+    }
+    tier.shutdown();
+}
+
+/// Empty objects are rejected and named in the report; other keys of the batch still land.
+pub async fn empty_object_rejected(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let rep = tier
+        .store(vec![key(1), key(2)], vec![payload(1, 0), payload(2, 10)])
+        .await
+        .unwrap();
+    let o = &rep.adapters[0].1;
+    assert_eq!(o.stored, 1);
+    assert_eq!(o.failed.len(), 1);
+    assert_eq!(o.failed[0].key, key(1));
+    assert!(o.failed[0].error.contains("empty object"), "{}", o.failed[0].error);
+    assert!(o.failed[0].error.starts_with("adapter #0 ("), "{}", o.failed[0].error);
+    assert_eq!(o.new_bytes, 10);
+    tier.shutdown();
+}
+
+async fn delete_one(tier: &Tier, k: kvtier::ObjectKey) -> usize {
+    tier.delete(vec![k]).await.unwrap().all_keys().count()
+}
+
+/// Two lookups need two unlocks before a delete goes through.
+pub async fn lock_refcounts(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    tier.store(vec![key(1)], vec![payload(1, 100)]).await.unwrap();
+    assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    assert_eq!(delete_one(&tier, key(1)).await, 0, "locked twice: kept");
+    tier.unlock(vec![key(1)]);
+    assert_eq!(delete_one(&tier, key(1)).await, 0, "still locked once: kept");
+    tier.unlock(vec![key(1)]);
+    assert_eq!(delete_one(&tier, key(1)).await, 1, "unlocked: removed");
+    assert!(!tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    // Extra unlocks and unknown keys are ignored.
+    tier.unlock(vec![key(1), key(99)]);
+    tier.shutdown();
+}
+
+/// A locked key survives delete and goes after unlock; deletes report exactly what went.
+pub async fn locked_survives_delete(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    tier.store(vec![key(1), key(2)], vec![payload(1, 100), payload(2, 100)])
+        .await
+        .unwrap();
+    tier.lookup_and_lock(vec![key(1)]).await.unwrap();
+    let rep = tier.delete(vec![key(1), key(2), key(3)]).await.unwrap();
+    let removed: Vec<_> = rep.all_keys().cloned().collect();
+    assert_eq!(removed, vec![key(2)]);
+    let loaded = tier.load(vec![key(1)], bufs(1, 100)).await.unwrap();
+    assert!(loaded.hits.all(), "locked key still loads");
+    tier.unlock(vec![key(1)]);
+    let removed: Vec<_> = tier.delete(vec![key(1)]).await.unwrap().all_keys().cloned().collect();
+    assert_eq!(removed, vec![key(1)]);
+    assert_eq!(used(&tier).await, 0);
+    tier.shutdown();
+}
+
+/// Deleting keys that were never stored is a no-op.
+pub async fn delete_unknown(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let rep = tier.delete(vec![key(5), key(6)]).await.unwrap();
+    assert_eq!(rep.all_keys().count(), 0);
+    assert_eq!(used(&tier).await, 0);
+    tier.shutdown();
+}
+
+/// Capacity 0: fraction -1 and nothing is evicted, even with an eviction policy.
+pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
+    let tier = start(fx, with_capacity(0, lru(0.1, 1.0))).await;
+    let keys: Vec<_> = (0..20).map(key).collect();
+    let objs: Vec<_> = (0..20).map(|i| payload(i, 256)).collect();
+    tier.store(keys.clone(), objs).await.unwrap();
+    actix_rt::time::sleep(Duration::from_millis(200)).await;
+    let u = &tier.usage().await.unwrap().adapters[0];
+    assert_eq!(u.fraction, -1.0);
+    assert_eq!(u.capacity_bytes, 0);
+    assert_eq!(u.used_bytes, 20 * 256);
+    assert_eq!(tier.lookup_and_lock(keys.clone()).await.unwrap().count_ones(), 20);
+    tier.unlock(keys);
+    tier.shutdown();
+}
+
+/// Usage counts new keys only, shrinks on delete, never goes below zero.
+pub async fn usage_accounting(fx: &impl Fixture) {
+    let tier = start(fx, with_capacity(1 << 20, None)).await;
+    let rep = tier.store(vec![key(1)], vec![payload(1, 300)]).await.unwrap();
+    assert_eq!(rep.adapters[0].1.new_bytes, 300);
+    let rep = tier.store(vec![key(1)], vec![payload(1, 300)]).await.unwrap();
+    assert_eq!(rep.adapters[0].1.new_bytes, 0, "re-store adds 0");
+    assert!(rep.success());
+    tier.store(vec![key(2)], vec![payload(2, 200)]).await.unwrap();
+    let u = &tier.usage().await.unwrap().adapters[0];
+    assert_eq!((u.used_bytes, u.keys), (500, 2));
+    assert!((u.fraction - 500.0 / (1 << 20) as f64).abs() < 1e-12);
+    tier.delete(vec![key(1)]).await.unwrap();
+    assert_eq!(used(&tier).await, 200);
+    tier.delete(vec![key(1), key(2), key(2)]).await.unwrap();
+    assert_eq!(used(&tier).await, 0);
+    tier.delete(vec![key(2)]).await.unwrap();
+    assert_eq!(used(&tier).await, 0, "never below 0");
+    tier.shutdown();
+}
+
+/// Bytes are accounted per cache salt.
+pub async fn per_salt_bytes(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    tier.store(
+        vec![key(1), salted(2, "a"), salted(3, "a"), salted(4, "b")],
+        vec![payload(1, 10), payload(2, 20), payload(3, 30), payload(4, 40)],
+    )
+    .await
+    .unwrap();
+    let u = tier.usage().await.unwrap().adapters[0].clone();
+    assert_eq!(u.bytes_by_cache_salt.get(""), Some(&10));
+    assert_eq!(u.bytes_by_cache_salt.get("a"), Some(&50));
+    assert_eq!(u.bytes_by_cache_salt.get("b"), Some(&40));
+    tier.delete(vec![salted(4, "b")]).await.unwrap();
+    let u = tier.usage().await.unwrap().adapters[0].clone();
+    assert_eq!(u.bytes_by_cache_salt.get("b"), None, "only positive entries");
+    tier.shutdown();
+}
+
+fn next_event(rx: &flume::Receiver<TierEvent>) -> UsageEventKind {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(5)).expect("an event within 5 s") {
+            TierEvent::Usage(e) => return e.kind,
+            TierEvent::Completed { .. } => continue,
+        }
+    }
+}
+
+/// Stored events carry sizes; lookups hits emit Accessed (misses don't); loads emit nothing;
+/// deletes emit Deleted with sizes.
+pub async fn events(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let rx = tier.events();
+    tier.store(vec![key(1), key(2)], vec![payload(1, 10), payload(2, 20)])
+        .await
+        .unwrap();
+    match next_event(&rx) {
+        UsageEventKind::Stored { keys, sizes } => {
+            assert_eq!(keys, vec![key(1), key(2)]);
+            assert_eq!(sizes, vec![10, 20]);
+        }
+        other => panic!("expected Stored, got {other:?}"),
+    }
+    tier.lookup_and_lock(vec![key(1), key(3)]).await.unwrap();
+    match next_event(&rx) {
+        UsageEventKind::Accessed { keys } => assert_eq!(keys, vec![key(1)]),
+        other => panic!("expected Accessed, got {other:?}"),
+    }
+    tier.load(vec![key(1), key(2)], vec![BytesMut::zeroed(10), BytesMut::zeroed(20)])
+        .await
+        .unwrap();
+    // A marker lookup: its event comes after anything the load could have emitted.
+    tier.lookup_and_lock(vec![key(2)]).await.unwrap();
+    match next_event(&rx) {
+        UsageEventKind::Accessed { keys } => assert_eq!(keys, vec![key(2)], "load emitted nothing"),
+        other => panic!("expected the marker's Accessed, got {other:?}"),
+    }
+    tier.unlock(vec![key(1), key(2)]);
+    tier.delete(vec![key(2)]).await.unwrap();
+    match next_event(&rx) {
+        UsageEventKind::Deleted { keys, sizes } => {
+            assert_eq!(keys, vec![key(2)]);
+            assert_eq!(sizes, vec![20]);
+        }
+        other => panic!("expected Deleted, got {other:?}"),
+    }
+    tier.shutdown();
+}
+
+/// Stores and lookup hits refresh recency; eviction takes the least recent first.
+pub async fn lru_order(fx: &impl Fixture) {
+    // Capacity far above use: nothing is evicted, only the order is observed.
+    let tier = start(fx, with_capacity(1 << 30, lru(0.9, 0.2))).await;
+    for i in 0..4 {
+        tier.store(vec![key(i)], vec![payload(i, 10)]).await.unwrap();
+    }
+    tier.lookup_and_lock(vec![key(0)]).await.unwrap();
+    tier.unlock(vec![key(0)]);
+    tier.store(vec![key(1)], vec![payload(1, 10)]).await.unwrap();
+    let want = vec![key(2), key(3), key(0), key(1)];
+    let ok = wait_until(5, || async {
+        tier.evictor().send(GetLruOrder(0)).await.unwrap() == want
+    })
+    .await;
+    assert!(ok, "LRU order: {:?}", tier.evictor().send(GetLruOrder(0)).await.unwrap());
+    tier.shutdown();
+}
+
+/// Fills 10 keys of 100 bytes into a 1000-byte capacity with a 0.5 watermark and `ratio`;
+/// returns the keys left once eviction settles.
+async fn fill_and_settle(fx: &impl Fixture, ratio: f64, locked: &[u32]) -> Vec<u32> {
+    let tier = start(fx, with_capacity(1000, lru(1.0, ratio))).await;
+    // Locked keys first (oldest), so they are the first candidates.
+    for i in 0..9u32 {
+        tier.store(vec![key(i)], vec![payload(i, 100)]).await.unwrap();
+        if locked.contains(&i) {
+            assert!(tier.lookup_and_lock(vec![key(i)]).await.unwrap().all());
+        }
+    }
+    // Recency order is now 0..9 except locked keys refreshed by their lookup.
+    tier.store(vec![key(9)], vec![payload(9, 100)]).await.unwrap(); // 1000 / 1000: evict
+    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    let keys: Vec<_> = (0..10).map(key).collect();
+    let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
+    tier.unlock(keys);
+    tier.shutdown();
+    (0..10).filter(|i| hits.get(*i as usize)).collect()
+}
+
+/// Ratio edge cases: 0 evicts nothing, 1 everything unlocked, 0.5 half, a tiny ratio one key.
+pub async fn eviction_ratios(fx: &impl Fixture) {
+    assert_eq!(fill_and_settle(fx, 0.0, &[]).await.len(), 10, "ratio 0");
+    assert_eq!(fill_and_settle(fx, 1.0, &[]).await, Vec::<u32>::new(), "ratio 1");
+    assert_eq!(fill_and_settle(fx, 0.5, &[]).await, (5..10).collect::<Vec<_>>(), "ratio 0.5");
+    assert_eq!(fill_and_settle(fx, 0.001, &[]).await, (1..10).collect::<Vec<_>>(), "tiny ratio");
+}
+
+/// Over capacity, eviction brings usage under the watermark and never deletes a locked key.
+pub async fn eviction_skips_locked(fx: &impl Fixture) {
+    let left = fill_and_settle(fx, 1.0, &[0, 1]).await;
+    assert_eq!(left, vec![0, 1], "only the locked keys survive a ratio of 1");
+
+    let tier = start(fx, with_capacity(2000, lru(0.5, 0.2))).await;
+    tier.store(vec![key(100)], vec![payload(100, 100)]).await.unwrap();
+    assert!(tier.lookup_and_lock(vec![key(100)]).await.unwrap().all());
+    for i in 0..30u32 {
+        tier.store(vec![key(i)], vec![payload(i, 100)]).await.unwrap();
+    }
+    let ok = wait_until(5, || async {
+        let u = &tier.usage().await.unwrap().adapters[0];
+        u.fraction < 0.5
+    })
+    .await;
+    assert!(ok, "usage under the watermark: {:?}", tier.usage().await.unwrap());
+    assert!(tier.eviction_stats().await.unwrap()[0].1.evicted_keys > 0);
+    let loaded = tier.load(vec![key(100)], bufs(1, 100)).await.unwrap();
+    assert!(loaded.hits.all(), "the locked key was never evicted");
+    tier.unlock(vec![key(100)]);
+    tier.shutdown();
+}
+
+/// Two adapters: the first that has a key wins; the duplicate lock on the other is released.
+pub async fn multi_adapter_first_hit(fx: &impl Fixture) {
+    let tier = Tier::start(&TierConfig {
+        adapters: vec![fx.adapter(0), fx.adapter(1)],
+        eviction_interval_ms: 50,
+    })
+    .await
+    .unwrap();
+    let rep = tier
+        .store(vec![key(1), key(2)], vec![payload(1, 64), payload(2, 64)])
+        .await
+        .unwrap();
+    assert_eq!(rep.adapters.len(), 2);
+    assert!(rep.success());
+    // key(2) only on adapter 1.
+    let d = tier
+        .controller()
+        .send(Delete { keys: vec![key(2)], adapter: Some(0) })
+        .await
+        .unwrap();
+    assert_eq!(d.adapters, vec![(0, vec![key(2)])]);
+    let hits = tier.lookup_and_lock(vec![key(1), key(2), key(3)]).await.unwrap();
+    assert_eq!(format!("{hits}"), "110");
+    // Adapter 1's lock on key(1) was released: it can delete there; adapter 0 holds it.
+    let d = tier
+        .controller()
+        .send(Delete { keys: vec![key(1)], adapter: Some(1) })
+        .await
+        .unwrap();
+    assert_eq!(d.adapters, vec![(1, vec![key(1)])], "duplicate lock released");
+    let d = tier
+        .controller()
+        .send(Delete { keys: vec![key(1)], adapter: Some(0) })
+        .await
+        .unwrap();
+    assert_eq!(d.adapters, vec![(0, vec![])], "winner's lock kept");
+    let loaded = tier.load(vec![key(1), key(2)], bufs(2, 64)).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "11");
+    assert_eq!(&loaded.buffers[1][..], &payload(2, 64)[..]);
+    tier.unlock(vec![key(1), key(2)]);
+    let d = tier.delete(vec![key(1), key(2)]).await.unwrap();
+    let mut all: Vec<_> = d.all_keys().cloned().collect();
+    all.sort();
+    assert_eq!(all, vec![key(1), key(2)], "unlock went to the holders");
+    tier.shutdown();
+}
+
+/// Listing pages through keys of one model, with sizes.
+pub async fn list_keys(fx: &impl Fixture) {
+    let tier = start(fx, |_| {}).await;
+    let keys: Vec<_> = (0..7).map(key).collect();
+    let objs: Vec<_> = (0..7).map(|i| payload(i, 10 + i as usize)).collect();
+    tier.store(keys.clone(), objs).await.unwrap();
+    let other = kvtier::ObjectKey::new("other-model", 1, vec![1u8]).unwrap();
+    tier.store(vec![other.clone()], vec![payload(0, 5)]).await.unwrap();
+    let mut cursor = None;
+    let mut seen = Vec::new();
+    loop {
+        let page = tier
+            .controller()
+            .send(ListKeys {
+                model: Some("test-model".into()),
+                cursor,
+                page_size: 3,
+                adapter: 0,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(page.entries.len() <= 3);
+        seen.extend(page.entries);
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => break,
+        }
+    }
+    seen.sort();
+    let want: Vec<_> = (0..7).map(|i| (key(i), 10 + i as u64)).collect();
+    assert_eq!(seen, want);
+    tier.shutdown();
+}
+
+/// The conformance tests for a backend: `conformance_tests!(fixture_expression);`
+#[macro_export]
+macro_rules! conformance_tests {
+    ($fx:expr) => {
+        $crate::conformance_tests!(@each $fx; roundtrip, partial_hits, load_miss,
+            size_mismatch_is_miss, empty_object_rejected, lock_refcounts, locked_survives_delete,
+            delete_unknown, capacity_zero_never_evicts, usage_accounting, per_salt_bytes, events,
+            lru_order, eviction_ratios, eviction_skips_locked, multi_adapter_first_hit, list_keys);
+    };
+    (@each $fx:expr; $($name:ident),*) => {
+        $(
+            #[actix_rt::test]
+            async fn $name() {
+                let fx = $fx;
+                support::conformance::$name(&fx).await;
+            }
+        )*
+    };
+}

@@ -1,0 +1,47 @@
+//! Test support: the conformance suite every backend runs, and small helpers.
+
+#![allow(dead_code)]
+
+pub mod conformance;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kvtier::actors::ObjectKey;
+
+/// A key for tests: model `m`, rank 0, hash from `i`.
+pub fn key(i: u32) -> ObjectKey {
+    ObjectKey::new("test-model", 0, i.to_be_bytes().to_vec()).unwrap()
+}
+
+/// A salted key.
+pub fn salted(i: u32, salt: &str) -> ObjectKey {
+    key(i).with_salt(salt).unwrap()
+}
+
+/// A payload of `n` bytes derived from `seed`.
+pub fn payload(seed: u32, n: usize) -> Bytes {
+    Bytes::from(
+        (0..n)
+            .map(|j| (seed as usize).wrapping_mul(31).wrapping_add(j) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+/// Polls `f` every 10 ms until it returns true or `secs` pass; returns whether it did.
+pub async fn wait_until<F, Fut>(secs: u64, mut f: F) -> bool
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if f().await {
+            return true;
+        }
+        if Instant::now() > deadline {
+            return false;
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
