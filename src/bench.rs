@@ -74,12 +74,20 @@ impl TryFrom<&BenchArgs> for BenchOptions {
     type Error = String;
 
     fn try_from(a: &BenchArgs) -> Result<Self, String> {
-        let chunk_size = parse_size(&a.chunk_size)
-            .ok_or_else(|| format!("--chunk-size {:?}: expected bytes like 4MiB or 262144", a.chunk_size))?;
+        let chunk_size = parse_size(&a.chunk_size).ok_or_else(|| {
+            format!(
+                "--chunk-size {:?}: expected bytes like 4MiB or 262144",
+                a.chunk_size
+            )
+        })?;
         if chunk_size == 0 {
             return Err("--chunk-size must be > 0".into());
         }
-        for (name, v) in [("--chunks", a.chunks), ("--batch", a.batch), ("--concurrency", a.concurrency)] {
+        for (name, v) in [
+            ("--chunks", a.chunks),
+            ("--batch", a.batch),
+            ("--concurrency", a.concurrency),
+        ] {
             if v == 0 {
                 return Err(format!("{name} must be > 0"));
             }
@@ -307,21 +315,24 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
 
     // Lookup and lock.
     let mut timer = Timer::new("lookup");
-    let hits: Vec<(std::ops::Range<usize>, Result<kvtier_actors::Bitmap, String>, Duration)> =
-        stream::iter(batches.iter().cloned())
-            .map(|r| {
-                let keys = work.keys[r.clone()].to_vec();
-                let tier = &tier;
-                async move {
-                    let t = Instant::now();
-                    let res = tier.lookup_and_lock(keys).await.map_err(|e| e.to_string());
-                    (r, res, t.elapsed())
-                }
-            })
-            .buffer_unordered(opts.concurrency)
-            .inspect(|(r, _, _)| bar.inc(r.len() as u64))
-            .collect()
-            .await;
+    let hits: Vec<(
+        std::ops::Range<usize>,
+        Result<kvtier_actors::Bitmap, String>,
+        Duration,
+    )> = stream::iter(batches.iter().cloned())
+        .map(|r| {
+            let keys = work.keys[r.clone()].to_vec();
+            let tier = &tier;
+            async move {
+                let t = Instant::now();
+                let res = tier.lookup_and_lock(keys).await.map_err(|e| e.to_string());
+                (r, res, t.elapsed())
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .inspect(|(r, _, _)| bar.inc(r.len() as u64))
+        .collect()
+        .await;
     let mut locked = vec![false; opts.chunks];
     for (r, res, d) in &hits {
         timer.record(*d);
@@ -350,12 +361,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             .map(|(k, _)| dir.join(file_name(k, fmt)))
             .collect()
     });
-    let mut baselines = Vec::new();
-    if let Some(p) = &paths {
-        baselines.push(plain_read_loop(p, opts.chunk_size));
-    }
-
-    // Load into pre-faulted caller buffers, then verify.
+    // Caller buffers, pre-faulted so no phase pays for page faults.
     let mut buffers: Vec<Vec<BytesMut>> = batches
         .iter()
         .map(|r| {
@@ -368,22 +374,31 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
                 .collect()
         })
         .collect();
+    let mut baselines = Vec::new();
+    if let Some(p) = &paths {
+        baselines.push(plain_read_loop(p, &mut buffers));
+    }
+
+    // Load into the caller buffers, then verify.
     let mut timer = Timer::new("load");
-    let loaded: Vec<(std::ops::Range<usize>, Result<kvtier_actors::LoadReport, String>, Duration)> =
-        stream::iter(batches.iter().cloned().zip(buffers.drain(..)))
-            .map(|(r, bufs)| {
-                let keys = work.keys[r.clone()].to_vec();
-                let tier = &tier;
-                async move {
-                    let t = Instant::now();
-                    let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
-                    (r, res, t.elapsed())
-                }
-            })
-            .buffer_unordered(opts.concurrency)
-            .inspect(|(r, _, _)| bar.inc(r.len() as u64))
-            .collect()
-            .await;
+    let loaded: Vec<(
+        std::ops::Range<usize>,
+        Result<kvtier_actors::LoadReport, String>,
+        Duration,
+    )> = stream::iter(batches.iter().cloned().zip(buffers.drain(..)))
+        .map(|(r, bufs)| {
+            let keys = work.keys[r.clone()].to_vec();
+            let tier = &tier;
+            async move {
+                let t = Instant::now();
+                let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
+                (r, res, t.elapsed())
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .inspect(|(r, _, _)| bar.inc(r.len() as u64))
+        .collect()
+        .await;
     // Stop the clock before verifying: comparing bytes is the bench's work, not the tier's.
     for (_, _, d) in &loaded {
         timer.record(*d);
@@ -409,11 +424,15 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             Err(_) => errors += r.len() as u64,
         }
     }
+    let mut buffers: Vec<Vec<BytesMut>> = loaded
+        .into_iter()
+        .filter_map(|(_, res, _)| res.ok().map(|r| r.buffers))
+        .collect();
     if let Some(p) = &paths {
-        baselines.push(plain_read_loop(p, opts.chunk_size));
+        baselines.push(plain_read_loop(p, &mut buffers));
     }
+    drop(buffers);
     phases.push(load_phase.clone());
-    drop(loaded);
 
     // Unlock, then a round trip so every unlock has been applied.
     for r in &batches {
@@ -446,7 +465,10 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let usage = tier.usage().await.map(|u| u.adapters).unwrap_or_default();
     tier.shutdown();
 
-    let baseline = baselines.iter().copied().fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))));
+    let baseline = baselines
+        .iter()
+        .copied()
+        .fold(None, |m: Option<f64>, b| Some(m.map_or(b, |m| m.max(b))));
     let get = |name: &str| phases.iter().find(|p| p.phase == name).cloned();
     let store = get("store").expect("store phase ran");
     let lookup = get("lookup").expect("lookup phase ran");
@@ -516,15 +538,14 @@ async fn store_phase(
     (timer.finish(keys, stored * opts.chunk_size as u64), failed)
 }
 
-/// Reads every file once, sequentially, into one reused buffer; GB/s.
-fn plain_read_loop(paths: &[PathBuf], chunk_size: usize) -> f64 {
-    let mut buf = vec![0u8; chunk_size];
+/// Reads every file once, sequentially, into the same caller buffers the load phase uses; GB/s.
+fn plain_read_loop(paths: &[PathBuf], buffers: &mut [Vec<BytesMut>]) -> f64 {
     let start = Instant::now();
     let mut bytes = 0u64;
-    for p in paths {
+    for (p, buf) in paths.iter().zip(buffers.iter_mut().flatten()) {
         if let Ok(mut f) = std::fs::File::open(p) {
-            if f.read_exact(&mut buf).is_ok() {
-                bytes += chunk_size as u64;
+            if f.read_exact(&mut buf[..]).is_ok() {
+                bytes += buf.len() as u64;
             }
         }
     }
@@ -538,9 +559,9 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
         .iter()
         .filter(|a| {
             a.common.capacity_bytes() > 0
-                && a.common
-                    .eviction
-                    .is_some_and(|e| e.eviction_policy == kvtier_actors::config::EvictionPolicy::Lru)
+                && a.common.eviction.is_some_and(|e| {
+                    e.eviction_policy == kvtier_actors::config::EvictionPolicy::Lru
+                })
         })
         .map(|a| {
             let target = (a.common.capacity_bytes() as f64 * 1.2) as u64;
@@ -554,7 +575,9 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
 async fn settle_eviction(tier: &Tier, config: &TierConfig) {
     let deadline = Instant::now() + Duration::from_secs(10);
     while Instant::now() < deadline {
-        let Ok(usage) = tier.usage().await else { return };
+        let Ok(usage) = tier.usage().await else {
+            return;
+        };
         let settled = usage.adapters.iter().all(|u| {
             let a = &config.adapters[u.adapter];
             match a.common.eviction {

@@ -169,7 +169,10 @@ pub fn run(cli: Cli) -> i32 {
         Command::Usage { cfg, json } => with_tier(&cfg, move |tier| async move {
             let usage = tier.usage().await.map_err(|e| e.to_string())?;
             if json {
-                println!("{}", serde_json::to_string_pretty(&usage).unwrap_or_default());
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&usage).unwrap_or_default()
+                );
             } else {
                 for u in &usage.adapters {
                     println!(
@@ -198,7 +201,10 @@ pub fn run(cli: Cli) -> i32 {
         }),
         Command::Status { cfg } => with_tier(&cfg, |tier| async move {
             let status = tier.status().await.map_err(|e| e.to_string())?;
-            println!("{}", serde_json::to_string_pretty(&status).unwrap_or_default());
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&status).unwrap_or_default()
+            );
             if status.is_healthy() {
                 Ok(())
             } else {

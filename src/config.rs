@@ -87,7 +87,9 @@ pub enum ConfigError {
         message: String,
     },
     /// There is nothing to run on.
-    #[error("no adapters configured: add [[adapters]] to the config file or pass --l2-adapter '<json>'")]
+    #[error(
+        "no adapters configured: add [[adapters]] to the config file or pass --l2-adapter '<json>'"
+    )]
     NoAdapters,
 }
 
@@ -202,7 +204,10 @@ impl TierConfig {
         if let Some(unknown) = top.keys().find(|k| !TOP_LEVEL_FIELDS.contains(&k.as_str())) {
             return Err(ConfigError::Field {
                 field: unknown.clone(),
-                message: format!("unknown field; expected one of {}", TOP_LEVEL_FIELDS.join(", ")),
+                message: format!(
+                    "unknown field; expected one of {}",
+                    TOP_LEVEL_FIELDS.join(", ")
+                ),
             });
         }
         let eviction_interval_ms = match top.remove("eviction_interval_ms") {
@@ -224,7 +229,10 @@ impl TierConfig {
             Some(other) => {
                 return Err(ConfigError::Field {
                     field: "adapters".into(),
-                    message: format!("must be an array of tables ([[adapters]]), got {}", type_name(&other)),
+                    message: format!(
+                        "must be an array of tables ([[adapters]]), got {}",
+                        type_name(&other)
+                    ),
                 })
             }
         };
@@ -235,23 +243,31 @@ impl TierConfig {
             Some(other) => {
                 return Err(ConfigError::Field {
                     field: "l2_adapter".into(),
-                    message: format!("must be a JSON string or an array of them, got {}", type_name(&other)),
+                    message: format!(
+                        "must be a JSON string or an array of them, got {}",
+                        type_name(&other)
+                    ),
                 })
             }
         }
         if !src.cli_adapters.is_empty() {
-            raw = src.cli_adapters.iter().cloned().map(Value::String).collect();
+            raw = src
+                .cli_adapters
+                .iter()
+                .cloned()
+                .map(Value::String)
+                .collect();
         }
         // JSON strings become objects, so environment overrides can reach their fields.
         let mut objects = Vec::with_capacity(raw.len());
         for (index, v) in raw.into_iter().enumerate() {
             objects.push(match v {
-                Value::String(text) => serde_json::from_str::<Value>(&text).map_err(|e| {
-                    ConfigError::Json {
+                Value::String(text) => {
+                    serde_json::from_str::<Value>(&text).map_err(|e| ConfigError::Json {
                         index,
                         message: e.to_string(),
-                    }
-                })?,
+                    })?
+                }
                 other => other,
             });
         }
@@ -302,7 +318,11 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
     let kind = match obj.remove("type") {
         Some(Value::String(t)) => t,
         Some(other) => {
-            return Err(err("?", "type", format!("must be a string, got {}", type_name(&other))))
+            return Err(err(
+                "?",
+                "type",
+                format!("must be a string, got {}", type_name(&other)),
+            ))
         }
         None => {
             return Err(err(
@@ -334,7 +354,10 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
             return Err(err(
                 other,
                 "type",
-                format!("unknown adapter type {other:?}; expected one of {}", ADAPTER_TYPES.join(", ")),
+                format!(
+                    "unknown adapter type {other:?}; expected one of {}",
+                    ADAPTER_TYPES.join(", ")
+                ),
             ))
         }
     };
@@ -434,16 +457,20 @@ fn merge_layers(file: Option<&Path>, env: &HashMap<String, String>) -> Result<Va
             message: e.to_string(),
         },
     })?;
-    cfg.try_deserialize::<Value>().map_err(|e| ConfigError::Field {
-        field: "?".into(),
-        message: e.to_string(),
-    })
+    cfg.try_deserialize::<Value>()
+        .map_err(|e| ConfigError::Field {
+            field: "?".into(),
+            message: e.to_string(),
+        })
 }
 
 /// Applies `KVTIER_ADAPTERS__<i>__<FIELD>[__<SUBFIELD>]` overrides. Values are read as JSON
 /// scalars when they parse as such (`5`, `0.5`, `true`), else as strings; quote a string that
 /// looks like a number (`'"5"'`).
-fn apply_adapter_env(objects: &mut [Value], env: &HashMap<String, String>) -> Result<(), ConfigError> {
+fn apply_adapter_env(
+    objects: &mut [Value],
+    env: &HashMap<String, String>,
+) -> Result<(), ConfigError> {
     let mut vars: Vec<(&String, &String)> = env
         .iter()
         .filter(|(k, _)| k.starts_with("KVTIER_ADAPTERS__"))
@@ -483,7 +510,9 @@ fn apply_adapter_env(objects: &mut [Value], env: &HashMap<String, String>) -> Re
                 m.insert(seg.clone(), value);
                 break;
             }
-            node = m.entry(seg.clone()).or_insert_with(|| Value::Object(Map::new()));
+            node = m
+                .entry(seg.clone())
+                .or_insert_with(|| Value::Object(Map::new()));
         }
     }
     Ok(())

@@ -1,8 +1,9 @@
 //! Runtime assembly: turns a [`TierConfig`] into running actors.
 //!
-//! [`Tier::start`] starts, each on an arbiter (thread) of its own: the eviction actor, one backend
-//! actor per adapter, and the controller; then it subscribes the controller and the eviction
-//! actor to every backend's usage events. Hosts talk to [`Tier::controller`] with the messages of
+//! [`Tier::start`] starts, each on an arbiter (thread) of its own, the eviction actor and one
+//! backend actor per adapter; the controller starts on the caller's arbiter, so the host's
+//! messages to it never cross a thread. Then it subscribes the controller and the eviction actor
+//! to every backend's usage events. Hosts talk to [`Tier::controller`] with the messages of
 //! [`kvtier_actors::messages`], or use the typed helpers here.
 
 use std::time::Duration;
@@ -11,11 +12,12 @@ use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use kvtier_actors::backends::fs::FsStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
+use kvtier_actors::config::EvictionPolicy;
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
-    EvictionActor, EvictionStats, EvictionTarget, LoadReport, ObjectKey, StatusReport, Storage,
-    StoreReport, SubscribeEvents, TierEvent, UsageEvent, UsageReport,
+    EvictionActor, EvictionStats, EvictionTarget, LoadReport, ObjectKey, StatusReport,
+    StopController, Storage, StoreReport, SubscribeEvents, TierEvent, UsageEvent, UsageReport,
 };
 
 use crate::config::{AdapterSpec, TierConfig};
@@ -64,6 +66,11 @@ impl Tier {
                 })
             })
             .collect();
+        let targets_ids: Vec<AdapterIndex> = targets
+            .iter()
+            .filter(|t| t.capacity_bytes > 0 && t.config.eviction_policy == EvictionPolicy::Lru)
+            .map(|t| t.adapter)
+            .collect();
         let interval = Duration::from_millis(config.eviction_interval_ms);
         let evict_arbiter = Arbiter::new();
         let evictor = EvictionActor::start_in_arbiter(&evict_arbiter.handle(), move |_| {
@@ -75,7 +82,13 @@ impl Tier {
         for (index, adapter) in config.adapters.iter().enumerate() {
             let capacity = adapter.common.capacity_bytes();
             let format = adapter.common.object_name_format;
-            let subscribers = vec![evictor.clone().recipient::<UsageEvent>()];
+            // Only adapters that can evict feed the eviction actor.
+            let evicts = targets_ids.contains(&index);
+            let subscribers = if evicts {
+                vec![evictor.clone().recipient::<UsageEvent>()]
+            } else {
+                Vec::new()
+            };
             let kind = adapter.spec.kind();
             let fail = |source| StartError::Adapter {
                 index,
@@ -83,7 +96,9 @@ impl Tier {
                 source,
             };
             let (arbiter, handle) = match &adapter.spec {
-                AdapterSpec::Memory(_) => spawn(index, MemoryStorage::new(format), capacity, subscribers),
+                AdapterSpec::Memory(_) => {
+                    spawn(index, MemoryStorage::new(format), capacity, subscribers)
+                }
                 AdapterSpec::Fs(c) => spawn(
                     index,
                     FsStorage::open(c, format).map_err(fail)?,
@@ -95,14 +110,10 @@ impl Tier {
             handles.push(handle);
         }
 
-        let control_arbiter = Arbiter::new();
-        let for_controller = handles.clone();
-        let controller = Controller::start_in_arbiter(&control_arbiter.handle(), move |_| {
-            Controller::new(for_controller)
-        });
-        arbiters.push(control_arbiter);
-        for h in &handles {
-            h.subscribe.do_send(kvtier_actors::SubscribeUsage(controller.clone().recipient()));
+        // The controller shares the caller's arbiter: host -> controller messages stay on one
+        // thread, and only controller -> backend hops cross threads.
+        let controller = Controller::new(handles.clone()).start();
+        for h in handles.iter().filter(|h| targets_ids.contains(&h.index)) {
             evictor.do_send(AttachBackend {
                 adapter: h.index,
                 evict: h.evict.clone(),
@@ -133,18 +144,32 @@ impl Tier {
     }
 
     /// Stores objects on every adapter.
-    pub async fn store(&self, keys: Vec<ObjectKey>, objects: Vec<Bytes>) -> Result<StoreReport, MailboxError> {
-        self.controller.send(kvtier_actors::Store { keys, objects }).await
+    pub async fn store(
+        &self,
+        keys: Vec<ObjectKey>,
+        objects: Vec<Bytes>,
+    ) -> Result<StoreReport, MailboxError> {
+        self.controller
+            .send(kvtier_actors::Store { keys, objects })
+            .await
     }
 
     /// Looks up and locks keys.
     pub async fn lookup_and_lock(&self, keys: Vec<ObjectKey>) -> Result<Bitmap, MailboxError> {
-        self.controller.send(kvtier_actors::LookupAndLock { keys }).await
+        self.controller
+            .send(kvtier_actors::LookupAndLock { keys })
+            .await
     }
 
     /// Loads keys into the caller's buffers.
-    pub async fn load(&self, keys: Vec<ObjectKey>, buffers: Vec<BytesMut>) -> Result<LoadReport, MailboxError> {
-        self.controller.send(kvtier_actors::Load { keys, buffers }).await
+    pub async fn load(
+        &self,
+        keys: Vec<ObjectKey>,
+        buffers: Vec<BytesMut>,
+    ) -> Result<LoadReport, MailboxError> {
+        self.controller
+            .send(kvtier_actors::Load { keys, buffers })
+            .await
     }
 
     /// Releases locks (fire-and-forget).
@@ -155,7 +180,10 @@ impl Tier {
     /// Deletes keys from every adapter.
     pub async fn delete(&self, keys: Vec<ObjectKey>) -> Result<DeleteReport, MailboxError> {
         self.controller
-            .send(kvtier_actors::Delete { keys, adapter: None })
+            .send(kvtier_actors::Delete {
+                keys,
+                adapter: None,
+            })
             .await
     }
 
@@ -176,6 +204,7 @@ impl Tier {
 
     /// Stops every actor of this runtime (their arbiters finish their current work and exit).
     pub fn shutdown(self) {
+        self.controller.do_send(StopController);
         for a in self.arbiters {
             a.stop();
         }

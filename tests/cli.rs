@@ -19,7 +19,11 @@ fn kvtier(args: &[&str]) -> (i32, String, String) {
 
 #[test]
 fn check_config_prints_resolved_config_or_error() {
-    let (code, out, _) = kvtier(&["check-config", "--l2-adapter", r#"{"type": "fs", "base_path": "/tmp/x"}"#]);
+    let (code, out, _) = kvtier(&[
+        "check-config",
+        "--l2-adapter",
+        r#"{"type": "fs", "base_path": "/tmp/x"}"#,
+    ]);
     assert_eq!(code, 0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["adapters"][0]["type"], "fs");
@@ -42,24 +46,49 @@ fn usage_errors_exit_2() {
 
 #[test]
 fn bench_json_on_embedded_default() {
-    let (code, out, err) = kvtier(&["bench", "--chunks", "48", "--chunk-size", "64KiB", "--batch", "8", "--json"]);
+    let (code, out, err) = kvtier(&[
+        "bench",
+        "--chunks",
+        "48",
+        "--chunk-size",
+        "64KiB",
+        "--batch",
+        "8",
+        "--json",
+    ]);
     assert_eq!(code, 0, "{err}");
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
-    for field in ["store_gbps", "load_gbps", "lookup_keys_per_s", "verified", "evicted_keys", "errors"] {
+    for field in [
+        "store_gbps",
+        "load_gbps",
+        "lookup_keys_per_s",
+        "verified",
+        "evicted_keys",
+        "errors",
+    ] {
         assert!(v.get(field).is_some(), "missing {field} in {out}");
     }
     assert_eq!(v["verified"], true);
     assert_eq!(v["errors"], 0);
     assert_eq!(v["load_hits"], 48);
-    assert!(v["evicted_keys"].as_u64().unwrap() > 0, "the overfill phase evicts: {out}");
+    assert!(
+        v["evicted_keys"].as_u64().unwrap() > 0,
+        "the overfill phase evicts: {out}"
+    );
     let u = &v["usage"][0];
-    assert!(u["fraction"].as_f64().unwrap() < 0.8, "eviction brought usage under the watermark: {out}");
+    assert!(
+        u["fraction"].as_f64().unwrap() < 0.8,
+        "eviction brought usage under the watermark: {out}"
+    );
 }
 
 #[test]
 fn ls_and_usage_on_a_directory() {
     let dir = tempfile::tempdir().unwrap();
-    let spec = format!(r#"{{"type": "fs", "base_path": "{}"}}"#, dir.path().display());
+    let spec = format!(
+        r#"{{"type": "fs", "base_path": "{}"}}"#,
+        dir.path().display()
+    );
     std::fs::write(dir.path().join("m@0x00000001@0a0b.data"), vec![1u8; 10]).unwrap();
     std::fs::write(dir.path().join("m@0x00000002@0c@salt.data"), vec![1u8; 20]).unwrap();
     let (code, out, _) = kvtier(&["ls", "--l2-adapter", &spec]);

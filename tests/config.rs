@@ -15,7 +15,11 @@ fn load(toml: Option<&str>, env: &[(&str, &str)], cli: &[&str]) -> Result<TierCo
     let res = TierConfig::load(&ConfigSources {
         file: file.as_ref().map(|f| f.path().to_owned()),
         search_dir: None,
-        env: Some(env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect::<HashMap<_, _>>()),
+        env: Some(
+            env.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect::<HashMap<_, _>>(),
+        ),
         cli_adapters: cli.iter().map(|s| s.to_string()).collect(),
     });
     drop(file);
@@ -24,7 +28,12 @@ fn load(toml: Option<&str>, env: &[(&str, &str)], cli: &[&str]) -> Result<TierCo
 
 fn adapter_err(res: Result<TierConfig, ConfigError>) -> (usize, String, String, String) {
     match res {
-        Err(ConfigError::Adapter { index, kind, field, message }) => (index, kind, field, message),
+        Err(ConfigError::Adapter {
+            index,
+            kind,
+            field,
+            message,
+        }) => (index, kind, field, message),
         other => panic!("expected an adapter error, got {other:?}"),
     }
 }
@@ -68,7 +77,10 @@ object_name_format = "grouped"
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(c.adapters[1].common.object_name_format, kvtier::NameFormat::Grouped);
+    assert_eq!(
+        c.adapters[1].common.object_name_format,
+        kvtier::NameFormat::Grouped
+    );
 }
 
 #[test]
@@ -117,41 +129,145 @@ fn env_overrides() {
         other => panic!("{other:?}"),
     }
     let err = load(Some(toml), &[("KVTIER_ADAPTERS__3__FSYNC", "true")], &[]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Env { var, .. } if var == "KVTIER_ADAPTERS__3__FSYNC"), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Env { var, .. } if var == "KVTIER_ADAPTERS__3__FSYNC"),
+        "{err}"
+    );
     let err = load(Some(toml), &[("KVTIER_EVICTION_INTERVAL_MS", "soon")], &[]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Field { field, .. } if field == "eviction_interval_ms"), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Field { field, .. } if field == "eviction_interval_ms"),
+        "{err}"
+    );
 }
 
 #[test]
 fn bad_adapter_inputs_name_adapter_and_field() {
     let cases: &[(&str, usize, &str, &str, &str)] = &[
         // (json, index, kind, field, message fragment)
-        (r#"{"type": "fs", "base_path": "/x", "bogus": 1}"#, 0, "fs", "bogus", "unknown field"),
-        (r#"{"type": "fs", "base_path": "/x", "fsync": "true"}"#, 0, "fs", "fsync", "expected a boolean"),
+        (
+            r#"{"type": "fs", "base_path": "/x", "bogus": 1}"#,
+            0,
+            "fs",
+            "bogus",
+            "unknown field",
+        ),
+        (
+            r#"{"type": "fs", "base_path": "/x", "fsync": "true"}"#,
+            0,
+            "fs",
+            "fsync",
+            "expected a boolean",
+        ),
         (r#"{"type": "fs"}"#, 0, "fs", "base_path", "missing field"),
-        (r#"{"type": "fs", "base_path": "/x", "num_workers": 0}"#, 0, "fs", "num_workers", "between 1 and 1024"),
-        (r#"{"type": "fs", "base_path": "/x", "num_workers": -1}"#, 0, "fs", "num_workers", "invalid value"),
-        (r#"{"type": "fs", "base_path": "/x", "relative_tmp_dir": "../up"}"#, 0, "fs", "relative_tmp_dir", "relative path"),
-        (r#"{"type": "memory", "max_capacity_gb": -1}"#, 0, "memory", "max_capacity_gb", ">= 0"),
-        (r#"{"type": "memory", "max_capacity_gb": "10"}"#, 0, "memory", "max_capacity_gb", "expected f64"),
-        (r#"{"type": "memory", "eviction": {"eviction_policy": "FIFO"}}"#, 0, "memory", "eviction.eviction_policy", "unknown variant"),
-        (r#"{"type": "memory", "eviction": {"eviction_policy": "lru"}}"#, 0, "memory", "eviction.eviction_policy", "unknown variant"),
-        (r#"{"type": "memory", "eviction": {"trigger_watermark": 1.5}}"#, 0, "memory", "eviction.trigger_watermark", "(0, 1]"),
-        (r#"{"type": "memory", "eviction": {"eviction_ratio": -0.1}}"#, 0, "memory", "eviction.eviction_ratio", "[0, 1]"),
-        (r#"{"type": "memory", "eviction": {"ratio": 0.1}}"#, 0, "memory", "eviction.ratio", "unknown field"),
-        (r#"{"type": "memory", "object_name_format": "v2"}"#, 0, "memory", "object_name_format", "unknown variant"),
-        (r#"{"type": "memory", "extra": true}"#, 0, "memory", "extra", "unknown field"),
-        (r#"{"type": "nfs"}"#, 0, "nfs", "type", "unknown adapter type"),
+        (
+            r#"{"type": "fs", "base_path": "/x", "num_workers": 0}"#,
+            0,
+            "fs",
+            "num_workers",
+            "between 1 and 1024",
+        ),
+        (
+            r#"{"type": "fs", "base_path": "/x", "num_workers": -1}"#,
+            0,
+            "fs",
+            "num_workers",
+            "invalid value",
+        ),
+        (
+            r#"{"type": "fs", "base_path": "/x", "relative_tmp_dir": "../up"}"#,
+            0,
+            "fs",
+            "relative_tmp_dir",
+            "relative path",
+        ),
+        (
+            r#"{"type": "memory", "max_capacity_gb": -1}"#,
+            0,
+            "memory",
+            "max_capacity_gb",
+            ">= 0",
+        ),
+        (
+            r#"{"type": "memory", "max_capacity_gb": "10"}"#,
+            0,
+            "memory",
+            "max_capacity_gb",
+            "expected f64",
+        ),
+        (
+            r#"{"type": "memory", "eviction": {"eviction_policy": "FIFO"}}"#,
+            0,
+            "memory",
+            "eviction.eviction_policy",
+            "unknown variant",
+        ),
+        (
+            r#"{"type": "memory", "eviction": {"eviction_policy": "lru"}}"#,
+            0,
+            "memory",
+            "eviction.eviction_policy",
+            "unknown variant",
+        ),
+        (
+            r#"{"type": "memory", "eviction": {"trigger_watermark": 1.5}}"#,
+            0,
+            "memory",
+            "eviction.trigger_watermark",
+            "(0, 1]",
+        ),
+        (
+            r#"{"type": "memory", "eviction": {"eviction_ratio": -0.1}}"#,
+            0,
+            "memory",
+            "eviction.eviction_ratio",
+            "[0, 1]",
+        ),
+        (
+            r#"{"type": "memory", "eviction": {"ratio": 0.1}}"#,
+            0,
+            "memory",
+            "eviction.ratio",
+            "unknown field",
+        ),
+        (
+            r#"{"type": "memory", "object_name_format": "v2"}"#,
+            0,
+            "memory",
+            "object_name_format",
+            "unknown variant",
+        ),
+        (
+            r#"{"type": "memory", "extra": true}"#,
+            0,
+            "memory",
+            "extra",
+            "unknown field",
+        ),
+        (
+            r#"{"type": "nfs"}"#,
+            0,
+            "nfs",
+            "type",
+            "unknown adapter type",
+        ),
         (r#"{"type": 3}"#, 0, "?", "type", "must be a string"),
         (r#"{"base_path": "/x"}"#, 0, "?", "type", "missing"),
     ];
     for (json, index, kind, field, frag) in cases {
         let (i, k, f, m) = adapter_err(load(None, &[], &[json]));
-        assert_eq!((i, k.as_str(), f.as_str()), (*index, *kind, *field), "{json}: {m}");
+        assert_eq!(
+            (i, k.as_str(), f.as_str()),
+            (*index, *kind, *field),
+            "{json}: {m}"
+        );
         assert!(m.contains(frag), "{json}: message {m:?} lacks {frag:?}");
     }
     // The index counts across the list.
-    let (i, _, f, _) = adapter_err(load(None, &[], &[r#"{"type": "memory"}"#, r#"{"type": "memory", "x": 1}"#]));
+    let (i, _, f, _) = adapter_err(load(
+        None,
+        &[],
+        &[r#"{"type": "memory"}"#, r#"{"type": "memory", "x": 1}"#],
+    ));
     assert_eq!((i, f.as_str()), (1, "x"));
 }
 
@@ -173,9 +289,15 @@ fn bad_json_and_bad_files() {
     let err = load(None, &[], &["[1, 2]"]).unwrap_err();
     assert!(matches!(err, ConfigError::Json { index: 0, .. }), "{err}");
     let err = load(Some("adapters = 5"), &[], &[]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Field { field, .. } if field == "adapters"), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Field { field, .. } if field == "adapters"),
+        "{err}"
+    );
     let err = load(Some("colour = \"blue\""), &[], &[]).unwrap_err();
-    assert!(matches!(&err, ConfigError::Field { field, .. } if field == "colour"), "{err}");
+    assert!(
+        matches!(&err, ConfigError::Field { field, .. } if field == "colour"),
+        "{err}"
+    );
     let err = load(Some("this is = = not toml"), &[], &[]).unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }), "{err}");
     let err = TierConfig::load(&ConfigSources {

@@ -62,9 +62,15 @@ async fn restart_recovers_usage_and_objects() {
         "the eviction actor learnt the recovered keys: {stats:?}"
     );
     // Recovered keys are hits without a new store.
-    let rep = tier.store(vec![key(1)], vec![payload(1, 100)]).await.unwrap();
+    let rep = tier
+        .store(vec![key(1)], vec![payload(1, 100)])
+        .await
+        .unwrap();
     assert_eq!(rep.adapters[0].1.new_bytes, 0);
-    let loaded = tier.load(vec![key(2)], vec![BytesMut::zeroed(200)]).await.unwrap();
+    let loaded = tier
+        .load(vec![key(2)], vec![BytesMut::zeroed(200)])
+        .await
+        .unwrap();
     assert!(loaded.hits.all());
     tier.shutdown();
 }
@@ -75,15 +81,27 @@ async fn recovery_off_starts_empty_and_leftover_temp_files_are_ignored() {
     let a = fx.adapter(0);
     let dir = fx.0.path().join("slot0");
     let tier = Tier::start(&config(a.clone())).await.unwrap();
-    tier.store(vec![key(1)], vec![payload(1, 100)]).await.unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 100)])
+        .await
+        .unwrap();
     tier.shutdown();
     // A torn write from a crash: never visible as an object.
-    std::fs::write(dir.join("test-model@0x00000000@00000002.data.1-0.tmp"), b"torn").unwrap();
+    std::fs::write(
+        dir.join("test-model@0x00000000@00000002.data.1-0.tmp"),
+        b"torn",
+    )
+    .unwrap();
     std::fs::write(dir.join("unrelated.txt"), b"x").unwrap();
 
     let tier = Tier::start(&config(a.clone())).await.unwrap();
     assert_eq!(tier.usage().await.unwrap().adapters[0].keys, 1);
-    assert_eq!(format!("{}", tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap()), "10");
+    assert_eq!(
+        format!(
+            "{}",
+            tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap()
+        ),
+        "10"
+    );
     tier.unlock(vec![key(1)]);
     tier.shutdown();
 
@@ -109,10 +127,9 @@ async fn files_use_lmcache_names_and_raw_bytes() {
         .unwrap();
     tier.store(vec![k], vec![payload(5, 64)]).await.unwrap();
     tier.shutdown();
-    let path = fx
-        .0
-        .path()
-        .join("slot0/meta-llama-SEP-Llama-3@0x000000ff@00010203@user-42.data");
+    let path =
+        fx.0.path()
+            .join("slot0/meta-llama-SEP-Llama-3@0x000000ff@00010203@user-42.data");
     assert_eq!(std::fs::read(path).unwrap(), payload(5, 64).to_vec());
 }
 

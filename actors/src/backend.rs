@@ -7,7 +7,9 @@
 //! its results are applied to the actor's state in the completion closure, on the actor's own
 //! thread, so no lock is ever needed.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
+
+use crate::key::{KeyMap, KeySet};
 use std::sync::Arc;
 
 use actix::fut::wrap_future;
@@ -24,7 +26,7 @@ pub const DEFAULT_PAGE_SIZE: usize = 500;
 /// Bytes accounted per key, in total and per cache salt.
 #[derive(Debug, Default)]
 struct Ledger {
-    sizes: HashMap<ObjectKey, u64>,
+    sizes: KeyMap<u64>,
     used: u64,
     by_salt: HashMap<Option<Arc<str>>, u64>,
 }
@@ -32,7 +34,10 @@ struct Ledger {
 impl Ledger {
     /// Records a key; returns true when it was new. A changed size moves usage by the difference.
     fn insert(&mut self, key: &ObjectKey, size: u64) -> bool {
-        let salt = self.by_salt.entry(key.cache_salt_arc().cloned()).or_default();
+        let salt = self
+            .by_salt
+            .entry(key.cache_salt_arc().cloned())
+            .or_default();
         match self.sizes.insert(key.clone(), size) {
             None => {
                 self.used += size;
@@ -67,9 +72,9 @@ pub struct BackendActor<S: Storage> {
     index: AdapterIndex,
     storage: S,
     capacity_bytes: u64,
-    locks: HashMap<ObjectKey, u32>,
+    locks: KeyMap<u32>,
     ledger: Ledger,
-    deleting: HashSet<ObjectKey>,
+    deleting: KeySet,
     subscribers: Vec<Recipient<UsageEvent>>,
 }
 
@@ -86,9 +91,9 @@ impl<S: Storage> BackendActor<S> {
             index,
             storage,
             capacity_bytes,
-            locks: HashMap::new(),
+            locks: KeyMap::default(),
             ledger: Ledger::default(),
-            deleting: HashSet::new(),
+            deleting: KeySet::default(),
             subscribers,
         }
     }
@@ -98,6 +103,9 @@ impl<S: Storage> BackendActor<S> {
     }
 
     fn publish(&self, kind: UsageEventKind) {
+        if self.subscribers.is_empty() {
+            return;
+        }
         let event = UsageEvent {
             adapter: self.index,
             kind,
@@ -122,7 +130,12 @@ impl<S: Storage> BackendActor<S> {
     }
 
     fn lock(&mut self, key: &ObjectKey) {
-        *self.locks.entry(key.clone()).or_insert(0) += 1;
+        match self.locks.get_mut(key) {
+            Some(n) => *n += 1,
+            None => {
+                self.locks.insert(key.clone(), 1);
+            }
+        }
     }
 
     fn finish_store(
@@ -174,7 +187,9 @@ impl<S: Storage> BackendActor<S> {
             self.deleting.insert(k.clone());
         }
         let io = self.storage.remove(keys.clone());
-        self.respond(io, move |results, act| reply(act.finish_delete(keys, results)))
+        self.respond(io, move |results, act| {
+            reply(act.finish_delete(keys, results))
+        })
     }
 
     fn finish_delete(
@@ -256,8 +271,8 @@ impl<S: Storage> Actor for BackendActor<S> {
         let Some(io) = self.storage.recover() else {
             return;
         };
-        let apply = |res: Result<Vec<crate::storage::Recovered>, BackendError>, act: &mut Self| {
-            match res {
+        let apply =
+            |res: Result<Vec<crate::storage::Recovered>, BackendError>, act: &mut Self| match res {
                 Ok(mut found) => {
                     found.sort_by_key(|r| r.modified);
                     let mut keys = Vec::with_capacity(found.len());
@@ -279,12 +294,13 @@ impl<S: Storage> Actor for BackendActor<S> {
                     }
                 }
                 Err(e) => tracing::warn!(error = %act.context(&e), "index recovery failed"),
-            }
-        };
+            };
         match io {
             Io::Ready(v) => apply(v, self),
             // Hold the mailbox until the index is rebuilt, so no request sees a partial ledger.
-            Io::Pending(fut) => ctx.wait(wrap_future::<_, Self>(fut).map(move |v, act, _| apply(v, act))),
+            Io::Pending(fut) => {
+                ctx.wait(wrap_future::<_, Self>(fut).map(move |v, act, _| apply(v, act)))
+            }
         }
     }
 
@@ -300,11 +316,7 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
         let mut outcome = StoreOutcome::default();
         if msg.keys.len() != msg.objects.len() {
             let error = self.context(&BackendError::Invalid {
-                reason: format!(
-                    "{} keys but {} objects",
-                    msg.keys.len(),
-                    msg.objects.len()
-                ),
+                reason: format!("{} keys but {} objects", msg.keys.len(), msg.objects.len()),
             });
             outcome.failed = msg
                 .keys
@@ -368,7 +380,9 @@ impl<S: Storage> Handler<LookupAndLock> for BackendActor<S> {
             if trust && self.ledger.sizes.get(key).is_some_and(|s| *s > 0) {
                 hits.set(i, true);
                 self.lock(key);
-                accessed.push(key.clone());
+                if !self.subscribers.is_empty() {
+                    accessed.push(key.clone());
+                }
             } else {
                 probe.push(key.clone());
                 probe_at.push(i);
@@ -495,7 +509,7 @@ impl<S: Storage> Handler<Delete> for BackendActor<S> {
     type Result = ActorResponse<Self, DeleteReport>;
 
     fn handle(&mut self, msg: Delete, _: &mut Context<Self>) -> Self::Result {
-        let mut seen = HashSet::new();
+        let mut seen = KeySet::default();
         let keys: Vec<ObjectKey> = msg
             .keys
             .into_iter()
@@ -513,7 +527,7 @@ impl<S: Storage> Handler<Evict> for BackendActor<S> {
     type Result = ActorResponse<Self, Vec<ObjectKey>>;
 
     fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
-        let mut seen = HashSet::new();
+        let mut seen = KeySet::default();
         let keys: Vec<ObjectKey> = msg
             .candidates
             .into_iter()

@@ -167,7 +167,10 @@ mod tests {
         let mut e = EvictionConfig::default();
         assert!(e.validate().is_ok());
         e.trigger_watermark = 0.0;
-        assert_eq!(e.validate().unwrap_err().field, "eviction.trigger_watermark");
+        assert_eq!(
+            e.validate().unwrap_err().field,
+            "eviction.trigger_watermark"
+        );
         e.trigger_watermark = 1.0;
         e.eviction_ratio = 1.5;
         assert_eq!(e.validate().unwrap_err().field, "eviction.eviction_ratio");

@@ -8,14 +8,12 @@
 //! holds each lock, in its own state. It also relays usage events, and completions of
 //! [`Submit`]ted operations, to hosts that prefer polling a `flume` channel.
 
-use std::collections::HashMap;
-
 use actix::prelude::*;
 use bytes::BytesMut;
 use futures_util::future::join_all;
 
 use crate::backend::BackendActor;
-use crate::key::ObjectKey;
+use crate::key::{KeyMap, ObjectKey};
 use crate::messages::*;
 use crate::storage::{BackendError, Storage};
 
@@ -60,7 +58,10 @@ impl AdapterHandle {
     }
 
     fn unavailable(&self, err: MailboxError) -> String {
-        format!("adapter #{} ({}): actor unavailable: {err}", self.index, self.kind)
+        format!(
+            "adapter #{} ({}): actor unavailable: {err}",
+            self.index, self.kind
+        )
     }
 }
 
@@ -124,8 +125,10 @@ pub struct SubscribeEvents(pub flume::Sender<TierEvent>);
 pub struct Controller {
     adapters: Vec<AdapterHandle>,
     /// With several adapters: who holds each lock, and how many times.
-    holders: HashMap<ObjectKey, Vec<(AdapterIndex, u32)>>,
+    holders: KeyMap<Vec<(AdapterIndex, u32)>>,
     listeners: Vec<flume::Sender<TierEvent>>,
+    /// Whether the backends have been asked for usage events.
+    subscribed: bool,
     next_task: TaskId,
 }
 
@@ -134,8 +137,9 @@ impl Controller {
     pub fn new(adapters: Vec<AdapterHandle>) -> Self {
         Self {
             adapters,
-            holders: HashMap::new(),
+            holders: KeyMap::default(),
             listeners: Vec::new(),
+            subscribed: false,
             next_task: 0,
         }
     }
@@ -172,12 +176,11 @@ impl Controller {
     }
 
     fn adapter(&self, index: AdapterIndex) -> Result<&AdapterHandle, BackendError> {
-        self.adapters.get(index).ok_or_else(|| BackendError::Invalid {
-            reason: format!(
-                "no adapter #{index} (there are {})",
-                self.adapters.len()
-            ),
-        })
+        self.adapters
+            .get(index)
+            .ok_or_else(|| BackendError::Invalid {
+                reason: format!("no adapter #{index} (there are {})", self.adapters.len()),
+            })
     }
 }
 
@@ -240,37 +243,41 @@ impl Handler<LookupAndLock> for Controller {
             .map(|a| a.lookup.send(msg.clone()))
             .collect();
         let keys = msg.keys;
-        Box::pin(join_all(sends).into_actor(self).map(move |replies, act, _| {
-            let maps: Vec<Bitmap> = replies
-                .into_iter()
-                .map(|r| r.unwrap_or_else(|_| Bitmap::zeros(n)))
-                .collect();
-            let mut hits = Bitmap::zeros(n);
-            let mut release: Vec<Vec<ObjectKey>> = vec![Vec::new(); act.adapters.len()];
-            for (i, key) in keys.iter().enumerate() {
-                let mut winner = None;
-                for (a, map) in maps.iter().enumerate() {
-                    if !map.get(i) {
-                        continue;
+        Box::pin(
+            join_all(sends)
+                .into_actor(self)
+                .map(move |replies, act, _| {
+                    let maps: Vec<Bitmap> = replies
+                        .into_iter()
+                        .map(|r| r.unwrap_or_else(|_| Bitmap::zeros(n)))
+                        .collect();
+                    let mut hits = Bitmap::zeros(n);
+                    let mut release: Vec<Vec<ObjectKey>> = vec![Vec::new(); act.adapters.len()];
+                    for (i, key) in keys.iter().enumerate() {
+                        let mut winner = None;
+                        for (a, map) in maps.iter().enumerate() {
+                            if !map.get(i) {
+                                continue;
+                            }
+                            if winner.is_none() {
+                                winner = Some(a);
+                            } else {
+                                release[a].push(key.clone());
+                            }
+                        }
+                        if let Some(a) = winner {
+                            hits.set(i, true);
+                            act.hold(key, a);
+                        }
                     }
-                    if winner.is_none() {
-                        winner = Some(a);
-                    } else {
-                        release[a].push(key.clone());
+                    for (a, keys) in release.into_iter().enumerate() {
+                        if !keys.is_empty() {
+                            act.adapters[a].unlock.do_send(Unlock { keys });
+                        }
                     }
-                }
-                if let Some(a) = winner {
-                    hits.set(i, true);
-                    act.hold(key, a);
-                }
-            }
-            for (a, keys) in release.into_iter().enumerate() {
-                if !keys.is_empty() {
-                    act.adapters[a].unlock.do_send(Unlock { keys });
-                }
-            }
-            hits
-        }))
+                    hits
+                }),
+        )
     }
 }
 
@@ -319,7 +326,10 @@ impl Handler<Load> for Controller {
                     continue;
                 }
                 let keys = batch.iter().map(|&i| msg.keys[i].clone()).collect();
-                let buffers = batch.iter().map(|&i| slots[i].take().unwrap_or_default()).collect();
+                let buffers = batch
+                    .iter()
+                    .map(|&i| slots[i].take().unwrap_or_default())
+                    .collect();
                 match adapter.load.send(Load { keys, buffers }).await {
                     Ok(r) => {
                         for ((&i, hit), buf) in batch.iter().zip(r.hits.iter()).zip(r.buffers) {
@@ -433,12 +443,15 @@ impl Handler<ListKeys> for Controller {
     type Result = ResponseFuture<Result<KeyPage, BackendError>>;
 
     fn handle(&mut self, msg: ListKeys, _: &mut Context<Self>) -> Self::Result {
-        let target = self.adapter(msg.adapter).map(|a| a.clone());
+        let target = self.adapter(msg.adapter).cloned();
         Box::pin(async move {
             let a = target?;
-            a.list.send(msg).await.map_err(|e| BackendError::Unavailable {
-                reason: a.unavailable(e),
-            })?
+            a.list
+                .send(msg)
+                .await
+                .map_err(|e| BackendError::Unavailable {
+                    reason: a.unavailable(e),
+                })?
         })
     }
 }
@@ -456,8 +469,29 @@ impl Handler<UsageEvent> for Controller {
 impl Handler<SubscribeEvents> for Controller {
     type Result = ();
 
-    fn handle(&mut self, msg: SubscribeEvents, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: SubscribeEvents, ctx: &mut Context<Self>) {
+        // Backends send usage events here only once a host listens.
+        if !self.subscribed {
+            self.subscribed = true;
+            for a in &self.adapters {
+                a.subscribe
+                    .do_send(SubscribeUsage(ctx.address().recipient()));
+            }
+        }
         self.listeners.push(msg.0);
+    }
+}
+
+/// Stop the controller (sent by `Tier::shutdown`).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct StopController;
+
+impl Handler<StopController> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, _: StopController, ctx: &mut Context<Self>) {
+        ctx.stop();
     }
 }
 

@@ -15,7 +15,7 @@ use lru::LruCache;
 use serde::Serialize;
 
 use crate::config::{EvictionConfig, EvictionPolicy};
-use crate::key::ObjectKey;
+use crate::key::{BuildDigestHasher, KeyMap, ObjectKey};
 use crate::messages::{AdapterIndex, Evict, UsageEvent, UsageEventKind};
 
 /// Default period of the timer check.
@@ -52,7 +52,7 @@ pub struct EvictionStats {
 
 struct Tracked {
     target: EvictionTarget,
-    lru: LruCache<ObjectKey, u64>,
+    lru: LruCache<ObjectKey, u64, BuildDigestHasher>,
     used: u64,
     evict: Option<Recipient<Evict>>,
     in_flight: bool,
@@ -90,7 +90,7 @@ impl EvictionActor {
                     t.adapter,
                     Tracked {
                         target: t,
-                        lru: LruCache::unbounded(),
+                        lru: LruCache::unbounded_with_hasher(BuildDigestHasher::default()),
                         used: 0,
                         evict: None,
                         in_flight: false,
@@ -114,7 +114,7 @@ impl EvictionActor {
         if count == 0 {
             return;
         }
-        let (candidates, sizes): (Vec<ObjectKey>, HashMap<ObjectKey, u64>) = t
+        let (candidates, sizes): (Vec<ObjectKey>, KeyMap<u64>) = t
             .lru
             .iter()
             .rev()

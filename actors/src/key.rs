@@ -11,7 +11,9 @@
 //! Hugging Face bucket paths percent-encode the name ([`hf_encode`]), keeping only
 //! `A-Z a-z 0-9 _ . - ~`.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -80,15 +82,97 @@ impl fmt::Display for NameFormat {
     }
 }
 
-/// The identity of one KV chunk. Cheap to clone (reference-counted parts).
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ObjectKey {
+/// The identity of one KV chunk. Cheap to clone: one reference-count increment.
+///
+/// A 64-bit digest of all fields is computed once when the key is built, so hashing a key into
+/// the runtime's maps costs one `u64` (see [`KeyMap`]) and unequal keys usually compare unequal
+/// at the first word.
+#[derive(Clone)]
+pub struct ObjectKey(Arc<KeyFields>);
+
+#[derive(Clone)]
+struct KeyFields {
     model_name: Arc<str>,
     kv_rank: u32,
     chunk_hash: Bytes,
     cache_salt: Option<Arc<str>>,
     object_group_id: u32,
+    digest: u64,
 }
+
+impl PartialEq for ObjectKey {
+    fn eq(&self, other: &Self) -> bool {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            return true;
+        }
+        self.0.digest == other.0.digest
+            && self.0.kv_rank == other.0.kv_rank
+            && self.0.object_group_id == other.0.object_group_id
+            && self.0.chunk_hash == other.0.chunk_hash
+            && self.0.model_name == other.0.model_name
+            && self.0.cache_salt == other.0.cache_salt
+    }
+}
+
+impl Eq for ObjectKey {}
+
+impl Hash for ObjectKey {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        state.write_u64(self.0.digest);
+    }
+}
+
+impl PartialOrd for ObjectKey {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for ObjectKey {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        (
+            &self.0.model_name,
+            self.0.kv_rank,
+            &self.0.chunk_hash,
+            &self.0.cache_salt,
+            self.0.object_group_id,
+        )
+            .cmp(&(
+                &other.0.model_name,
+                other.0.kv_rank,
+                &other.0.chunk_hash,
+                &other.0.cache_salt,
+                other.0.object_group_id,
+            ))
+    }
+}
+
+/// A hasher for maps keyed by [`ObjectKey`]: keys hash as their precomputed digest, which this
+/// passes through unchanged.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct DigestHasher(u64);
+
+impl Hasher for DigestHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        // Only reached for types other than ObjectKey: fold the bytes in (FNV-1a).
+        for b in bytes {
+            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 ^= v;
+    }
+}
+
+/// Builds [`DigestHasher`]s.
+pub type BuildDigestHasher = BuildHasherDefault<DigestHasher>;
+/// A map keyed by [`ObjectKey`] with the digest hasher.
+pub type KeyMap<V> = HashMap<ObjectKey, V, BuildDigestHasher>;
+/// A set of [`ObjectKey`]s with the digest hasher.
+pub type KeySet = HashSet<ObjectKey, BuildDigestHasher>;
 
 impl ObjectKey {
     /// A key without salt in group 0. Fails on an empty or `@`-containing model or an empty hash.
@@ -110,21 +194,24 @@ impl ObjectKey {
         if chunk_hash.is_empty() {
             return Err(KeyError::EmptyHash);
         }
-        Ok(Self {
+        Ok(KeyFields {
             model_name: Arc::from(model),
             kv_rank,
             chunk_hash,
             cache_salt: None,
             object_group_id: 0,
-        })
+            digest: 0,
+        }
+        .sealed())
     }
 
     /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL).
-    pub fn with_salt(mut self, salt: impl AsRef<str>) -> Result<Self, KeyError> {
+    pub fn with_salt(self, salt: impl AsRef<str>) -> Result<Self, KeyError> {
         let salt = salt.as_ref();
         validate_salt(salt)?;
-        self.cache_salt = Some(Arc::from(salt));
-        Ok(self)
+        let mut f = KeyFields::clone(&self.0);
+        f.cache_salt = Some(Arc::from(salt));
+        Ok(f.sealed())
     }
 
     /// This key sharing the model name of `self` but with another chunk hash (cheap: no string copy).
@@ -133,64 +220,66 @@ impl ObjectKey {
         if chunk_hash.is_empty() {
             return Err(KeyError::EmptyHash);
         }
-        Ok(Self {
+        Ok(KeyFields {
             chunk_hash,
-            ..self.clone()
-        })
+            ..KeyFields::clone(&self.0)
+        }
+        .sealed())
     }
 
     /// This key in another object group.
-    pub fn with_group(mut self, object_group_id: u32) -> Self {
-        self.object_group_id = object_group_id;
-        self
+    pub fn with_group(self, object_group_id: u32) -> Self {
+        let mut f = KeyFields::clone(&self.0);
+        f.object_group_id = object_group_id;
+        f.sealed()
     }
 
     /// The model name.
     pub fn model_name(&self) -> &str {
-        &self.model_name
+        &self.0.model_name
     }
 
     /// The KV rank.
     pub fn kv_rank(&self) -> u32 {
-        self.kv_rank
+        self.0.kv_rank
     }
 
     /// The chunk hash bytes.
     pub fn chunk_hash(&self) -> &Bytes {
-        &self.chunk_hash
+        &self.0.chunk_hash
     }
 
     /// The cache salt, if any.
     pub fn cache_salt(&self) -> Option<&str> {
-        self.cache_salt.as_deref()
+        self.0.cache_salt.as_deref()
     }
 
     /// The cache salt as a shared string, if any (used for per-salt accounting).
     pub fn cache_salt_arc(&self) -> Option<&Arc<str>> {
-        self.cache_salt.as_ref()
+        self.0.cache_salt.as_ref()
     }
 
     /// The object group id (0 by default).
     pub fn object_group_id(&self) -> u32 {
-        self.object_group_id
+        self.0.object_group_id
     }
 
     /// The object name in the given format.
     pub fn object_name(&self, format: NameFormat) -> String {
         use std::fmt::Write;
         let mut s = String::with_capacity(
-            self.model_name.len()
+            self.0.model_name.len()
                 + 20
-                + self.chunk_hash.len() * 2
-                + self.cache_salt.as_ref().map_or(0, |s| s.len() + 1),
+                + self.0.chunk_hash.len() * 2
+                + self.0.cache_salt.as_ref().map_or(0, |s| s.len() + 1),
         );
-        s.push_str(&self.model_name);
-        let _ = write!(s, "@{:08x}@", self.kv_rank);
+        s.push_str(&self.0.model_name);
+        let _ = write!(s, "@{:08x}@", self.0.kv_rank);
         if format == NameFormat::Grouped {
-            let _ = write!(s, "{:x}@", self.object_group_id);
+            let _ = write!(s, "{:x}@", self.0.object_group_id);
         }
-        s.push_str(&hex::encode(&self.chunk_hash));
-        if let Some(salt) = &self.cache_salt {
+        s.push_str(&hex::encode(&self.0.chunk_hash));
+        if let Some(salt) = &self.0.cache_salt {
             s.push('@');
             s.push_str(salt);
         }
@@ -224,7 +313,8 @@ impl ObjectKey {
                 if g.is_empty() || g.len() > 8 || !is_lower_hex(g) {
                     return Err(bad("object_group_id is not lowercase hex"));
                 }
-                let g = u32::from_str_radix(g, 16).map_err(|_| bad("object_group_id is not hex"))?;
+                let g =
+                    u32::from_str_radix(g, 16).map_err(|_| bad("object_group_id is not hex"))?;
                 (g, parts[3])
             }
         };
@@ -241,6 +331,20 @@ impl ObjectKey {
                 .map_err(|_| bad("cache_salt is not valid"))?;
         }
         Ok(key)
+    }
+}
+
+impl KeyFields {
+    /// Computes the digest and wraps the fields into a key.
+    fn sealed(mut self) -> ObjectKey {
+        let mut h = DefaultHasher::new();
+        self.model_name.hash(&mut h);
+        self.kv_rank.hash(&mut h);
+        self.chunk_hash.hash(&mut h);
+        self.cache_salt.hash(&mut h);
+        self.object_group_id.hash(&mut h);
+        self.digest = h.finish();
+        ObjectKey(Arc::new(self))
     }
 }
 
@@ -316,7 +420,9 @@ pub fn hf_decode(encoded: &str) -> Option<String> {
 }
 
 fn is_lower_hex(s: &str) -> bool {
-    !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
 
 fn truncate(s: &str) -> String {
@@ -333,7 +439,10 @@ mod tests {
 
     #[test]
     fn seed_vectors_from_design() {
-        assert_eq!(llama().object_name(NameFormat::Seed), "llama@000000ff@00010203");
+        assert_eq!(
+            llama().object_name(NameFormat::Seed),
+            "llama@000000ff@00010203"
+        );
         let salted = llama().with_salt("user-42").unwrap();
         assert_eq!(
             salted.object_name(NameFormat::Seed),
@@ -397,7 +506,10 @@ mod tests {
             ObjectKey::new("a@b", 0, vec![1u8]),
             Err(KeyError::ModelHasSeparator { .. })
         ));
-        assert_eq!(ObjectKey::new("m", 0, Vec::<u8>::new()), Err(KeyError::EmptyHash));
+        assert_eq!(
+            ObjectKey::new("m", 0, Vec::<u8>::new()),
+            Err(KeyError::EmptyHash)
+        );
         assert!(llama().with_salt("x".repeat(128)).is_ok());
         assert_eq!(
             llama().with_salt("x".repeat(129)),

@@ -24,7 +24,10 @@ pub mod storage;
 pub mod worker_pool;
 
 pub use backend::BackendActor;
-pub use controller::{AdapterHandle, Controller, Op, OpResult, SubscribeEvents, Submit, TaskId, TierEvent};
+pub use controller::{
+    AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TaskId,
+    TierEvent,
+};
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;

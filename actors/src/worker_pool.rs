@@ -81,7 +81,9 @@ mod tests {
     async fn runs_jobs_and_survives_panics() {
         let pool = WorkerPool::start(2);
         assert_eq!(run_on(&pool, || 2 + 2).await, Ok(4));
-        let err = run_on(&pool, || -> u32 { panic!("boom") }).await.unwrap_err();
+        let err = run_on(&pool, || -> u32 { panic!("boom") })
+            .await
+            .unwrap_err();
         assert_eq!(err.reason, "boom");
         let ids: Vec<_> = futures_util::future::join_all(
             (0..4).map(|_| run_on(&pool, || std::thread::current().id())),

@@ -23,7 +23,16 @@ pub trait Fixture {
 
 /// Starts a tier with one adapter from `fx`, after `tweak` adjusts it.
 pub async fn start(fx: &impl Fixture, tweak: impl FnOnce(&mut AdapterConfig)) -> Tier {
-    let mut a = fx.adapter(0);
+    start_slot(fx, 0, tweak).await
+}
+
+/// Starts a tier with adapter `slot` from `fx` (a fresh namespace per slot).
+pub async fn start_slot(
+    fx: &impl Fixture,
+    slot: usize,
+    tweak: impl FnOnce(&mut AdapterConfig),
+) -> Tier {
+    let mut a = fx.adapter(slot);
     tweak(&mut a);
     Tier::start(&TierConfig {
         adapters: vec![a],
@@ -34,7 +43,10 @@ pub async fn start(fx: &impl Fixture, tweak: impl FnOnce(&mut AdapterConfig)) ->
 }
 
 /// Capacity of `bytes` with an eviction policy.
-pub fn with_capacity(bytes: u64, eviction: Option<EvictionConfig>) -> impl FnOnce(&mut AdapterConfig) {
+pub fn with_capacity(
+    bytes: u64,
+    eviction: Option<EvictionConfig>,
+) -> impl FnOnce(&mut AdapterConfig) {
     move |a| {
         a.common.max_capacity_gb = bytes as f64 / GIB;
         a.common.eviction = eviction;
@@ -107,13 +119,18 @@ pub async fn load_miss(fx: &impl Fixture) {
 /// An object whose size differs from its buffer is a miss, never a partial copy.
 pub async fn size_mismatch_is_miss(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(1)], vec![payload(1, 1000)]).await.unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 1000)])
+        .await
+        .unwrap();
     for size in [999, 1001] {
         let mut b = BytesMut::zeroed(size);
         b.fill(7);
         let loaded = tier.load(vec![key(1)], vec![b]).await.unwrap();
         assert_eq!(format!("{}", loaded.hits), "0", "buffer of {size}");
-        assert!(loaded.buffers[0].iter().all(|x| *x == 7), "buffer of {size} was written");
+        assert!(
+            loaded.buffers[0].iter().all(|x| *x == 7),
+            "buffer of {size} was written"
+        );
         assert_eq!(loaded.buffers[0].len(), size);
     }
     tier.shutdown();
@@ -130,8 +147,16 @@ pub async fn empty_object_rejected(fx: &impl Fixture) {
     assert_eq!(o.stored, 1);
     assert_eq!(o.failed.len(), 1);
     assert_eq!(o.failed[0].key, key(1));
-    assert!(o.failed[0].error.contains("empty object"), "{}", o.failed[0].error);
-    assert!(o.failed[0].error.starts_with("adapter #0 ("), "{}", o.failed[0].error);
+    assert!(
+        o.failed[0].error.contains("empty object"),
+        "{}",
+        o.failed[0].error
+    );
+    assert!(
+        o.failed[0].error.starts_with("adapter #0 ("),
+        "{}",
+        o.failed[0].error
+    );
     assert_eq!(o.new_bytes, 10);
     tier.shutdown();
 }
@@ -143,12 +168,18 @@ async fn delete_one(tier: &Tier, k: kvtier::ObjectKey) -> usize {
 /// Two lookups need two unlocks before a delete goes through.
 pub async fn lock_refcounts(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(1)], vec![payload(1, 100)]).await.unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 100)])
+        .await
+        .unwrap();
     assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert_eq!(delete_one(&tier, key(1)).await, 0, "locked twice: kept");
     tier.unlock(vec![key(1)]);
-    assert_eq!(delete_one(&tier, key(1)).await, 0, "still locked once: kept");
+    assert_eq!(
+        delete_one(&tier, key(1)).await,
+        0,
+        "still locked once: kept"
+    );
     tier.unlock(vec![key(1)]);
     assert_eq!(delete_one(&tier, key(1)).await, 1, "unlocked: removed");
     assert!(!tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
@@ -170,7 +201,13 @@ pub async fn locked_survives_delete(fx: &impl Fixture) {
     let loaded = tier.load(vec![key(1)], bufs(1, 100)).await.unwrap();
     assert!(loaded.hits.all(), "locked key still loads");
     tier.unlock(vec![key(1)]);
-    let removed: Vec<_> = tier.delete(vec![key(1)]).await.unwrap().all_keys().cloned().collect();
+    let removed: Vec<_> = tier
+        .delete(vec![key(1)])
+        .await
+        .unwrap()
+        .all_keys()
+        .cloned()
+        .collect();
     assert_eq!(removed, vec![key(1)]);
     assert_eq!(used(&tier).await, 0);
     tier.shutdown();
@@ -196,7 +233,13 @@ pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
     assert_eq!(u.fraction, -1.0);
     assert_eq!(u.capacity_bytes, 0);
     assert_eq!(u.used_bytes, 20 * 256);
-    assert_eq!(tier.lookup_and_lock(keys.clone()).await.unwrap().count_ones(), 20);
+    assert_eq!(
+        tier.lookup_and_lock(keys.clone())
+            .await
+            .unwrap()
+            .count_ones(),
+        20
+    );
     tier.unlock(keys);
     tier.shutdown();
 }
@@ -204,12 +247,20 @@ pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
 /// Usage counts new keys only, shrinks on delete, never goes below zero.
 pub async fn usage_accounting(fx: &impl Fixture) {
     let tier = start(fx, with_capacity(1 << 20, None)).await;
-    let rep = tier.store(vec![key(1)], vec![payload(1, 300)]).await.unwrap();
+    let rep = tier
+        .store(vec![key(1)], vec![payload(1, 300)])
+        .await
+        .unwrap();
     assert_eq!(rep.adapters[0].1.new_bytes, 300);
-    let rep = tier.store(vec![key(1)], vec![payload(1, 300)]).await.unwrap();
+    let rep = tier
+        .store(vec![key(1)], vec![payload(1, 300)])
+        .await
+        .unwrap();
     assert_eq!(rep.adapters[0].1.new_bytes, 0, "re-store adds 0");
     assert!(rep.success());
-    tier.store(vec![key(2)], vec![payload(2, 200)]).await.unwrap();
+    tier.store(vec![key(2)], vec![payload(2, 200)])
+        .await
+        .unwrap();
     let u = &tier.usage().await.unwrap().adapters[0];
     assert_eq!((u.used_bytes, u.keys), (500, 2));
     assert!((u.fraction - 500.0 / (1 << 20) as f64).abs() < 1e-12);
@@ -227,7 +278,12 @@ pub async fn per_salt_bytes(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
     tier.store(
         vec![key(1), salted(2, "a"), salted(3, "a"), salted(4, "b")],
-        vec![payload(1, 10), payload(2, 20), payload(3, 30), payload(4, 40)],
+        vec![
+            payload(1, 10),
+            payload(2, 20),
+            payload(3, 30),
+            payload(4, 40),
+        ],
     )
     .await
     .unwrap();
@@ -237,13 +293,20 @@ pub async fn per_salt_bytes(fx: &impl Fixture) {
     assert_eq!(u.bytes_by_cache_salt.get("b"), Some(&40));
     tier.delete(vec![salted(4, "b")]).await.unwrap();
     let u = tier.usage().await.unwrap().adapters[0].clone();
-    assert_eq!(u.bytes_by_cache_salt.get("b"), None, "only positive entries");
+    assert_eq!(
+        u.bytes_by_cache_salt.get("b"),
+        None,
+        "only positive entries"
+    );
     tier.shutdown();
 }
 
 fn next_event(rx: &flume::Receiver<TierEvent>) -> UsageEventKind {
     loop {
-        match rx.recv_timeout(Duration::from_secs(5)).expect("an event within 5 s") {
+        match rx
+            .recv_timeout(Duration::from_secs(5))
+            .expect("an event within 5 s")
+        {
             TierEvent::Usage(e) => return e.kind,
             TierEvent::Completed { .. } => continue,
         }
@@ -270,9 +333,12 @@ pub async fn events(fx: &impl Fixture) {
         UsageEventKind::Accessed { keys } => assert_eq!(keys, vec![key(1)]),
         other => panic!("expected Accessed, got {other:?}"),
     }
-    tier.load(vec![key(1), key(2)], vec![BytesMut::zeroed(10), BytesMut::zeroed(20)])
-        .await
-        .unwrap();
+    tier.load(
+        vec![key(1), key(2)],
+        vec![BytesMut::zeroed(10), BytesMut::zeroed(20)],
+    )
+    .await
+    .unwrap();
     // A marker lookup: its event comes after anything the load could have emitted.
     tier.lookup_and_lock(vec![key(2)]).await.unwrap();
     match next_event(&rx) {
@@ -296,33 +362,45 @@ pub async fn lru_order(fx: &impl Fixture) {
     // Capacity far above use: nothing is evicted, only the order is observed.
     let tier = start(fx, with_capacity(1 << 30, lru(0.9, 0.2))).await;
     for i in 0..4 {
-        tier.store(vec![key(i)], vec![payload(i, 10)]).await.unwrap();
+        tier.store(vec![key(i)], vec![payload(i, 10)])
+            .await
+            .unwrap();
     }
     tier.lookup_and_lock(vec![key(0)]).await.unwrap();
     tier.unlock(vec![key(0)]);
-    tier.store(vec![key(1)], vec![payload(1, 10)]).await.unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 10)])
+        .await
+        .unwrap();
     let want = vec![key(2), key(3), key(0), key(1)];
     let ok = wait_until(5, || async {
         tier.evictor().send(GetLruOrder(0)).await.unwrap() == want
     })
     .await;
-    assert!(ok, "LRU order: {:?}", tier.evictor().send(GetLruOrder(0)).await.unwrap());
+    assert!(
+        ok,
+        "LRU order: {:?}",
+        tier.evictor().send(GetLruOrder(0)).await.unwrap()
+    );
     tier.shutdown();
 }
 
 /// Fills 10 keys of 100 bytes into a 1000-byte capacity with a 0.5 watermark and `ratio`;
 /// returns the keys left once eviction settles.
-async fn fill_and_settle(fx: &impl Fixture, ratio: f64, locked: &[u32]) -> Vec<u32> {
-    let tier = start(fx, with_capacity(1000, lru(1.0, ratio))).await;
+async fn fill_and_settle(fx: &impl Fixture, slot: usize, ratio: f64, locked: &[u32]) -> Vec<u32> {
+    let tier = start_slot(fx, slot, with_capacity(1000, lru(1.0, ratio))).await;
     // Locked keys first (oldest), so they are the first candidates.
     for i in 0..9u32 {
-        tier.store(vec![key(i)], vec![payload(i, 100)]).await.unwrap();
+        tier.store(vec![key(i)], vec![payload(i, 100)])
+            .await
+            .unwrap();
         if locked.contains(&i) {
             assert!(tier.lookup_and_lock(vec![key(i)]).await.unwrap().all());
         }
     }
     // Recency order is now 0..9 except locked keys refreshed by their lookup.
-    tier.store(vec![key(9)], vec![payload(9, 100)]).await.unwrap(); // 1000 / 1000: evict
+    tier.store(vec![key(9)], vec![payload(9, 100)])
+        .await
+        .unwrap(); // 1000 / 1000: evict
     actix_rt::time::sleep(Duration::from_millis(300)).await;
     let keys: Vec<_> = (0..10).map(key).collect();
     let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
@@ -333,29 +411,53 @@ async fn fill_and_settle(fx: &impl Fixture, ratio: f64, locked: &[u32]) -> Vec<u
 
 /// Ratio edge cases: 0 evicts nothing, 1 everything unlocked, 0.5 half, a tiny ratio one key.
 pub async fn eviction_ratios(fx: &impl Fixture) {
-    assert_eq!(fill_and_settle(fx, 0.0, &[]).await.len(), 10, "ratio 0");
-    assert_eq!(fill_and_settle(fx, 1.0, &[]).await, Vec::<u32>::new(), "ratio 1");
-    assert_eq!(fill_and_settle(fx, 0.5, &[]).await, (5..10).collect::<Vec<_>>(), "ratio 0.5");
-    assert_eq!(fill_and_settle(fx, 0.001, &[]).await, (1..10).collect::<Vec<_>>(), "tiny ratio");
+    assert_eq!(fill_and_settle(fx, 10, 0.0, &[]).await.len(), 10, "ratio 0");
+    assert_eq!(
+        fill_and_settle(fx, 11, 1.0, &[]).await,
+        Vec::<u32>::new(),
+        "ratio 1"
+    );
+    assert_eq!(
+        fill_and_settle(fx, 12, 0.5, &[]).await,
+        (5..10).collect::<Vec<_>>(),
+        "ratio 0.5"
+    );
+    assert_eq!(
+        fill_and_settle(fx, 13, 0.001, &[]).await,
+        (1..10).collect::<Vec<_>>(),
+        "tiny ratio"
+    );
 }
 
 /// Over capacity, eviction brings usage under the watermark and never deletes a locked key.
 pub async fn eviction_skips_locked(fx: &impl Fixture) {
-    let left = fill_and_settle(fx, 1.0, &[0, 1]).await;
-    assert_eq!(left, vec![0, 1], "only the locked keys survive a ratio of 1");
+    let left = fill_and_settle(fx, 10, 1.0, &[0, 1]).await;
+    assert_eq!(
+        left,
+        vec![0, 1],
+        "only the locked keys survive a ratio of 1"
+    );
 
-    let tier = start(fx, with_capacity(2000, lru(0.5, 0.2))).await;
-    tier.store(vec![key(100)], vec![payload(100, 100)]).await.unwrap();
+    let tier = start_slot(fx, 11, with_capacity(2000, lru(0.5, 0.2))).await;
+    tier.store(vec![key(100)], vec![payload(100, 100)])
+        .await
+        .unwrap();
     assert!(tier.lookup_and_lock(vec![key(100)]).await.unwrap().all());
     for i in 0..30u32 {
-        tier.store(vec![key(i)], vec![payload(i, 100)]).await.unwrap();
+        tier.store(vec![key(i)], vec![payload(i, 100)])
+            .await
+            .unwrap();
     }
     let ok = wait_until(5, || async {
         let u = &tier.usage().await.unwrap().adapters[0];
         u.fraction < 0.5
     })
     .await;
-    assert!(ok, "usage under the watermark: {:?}", tier.usage().await.unwrap());
+    assert!(
+        ok,
+        "usage under the watermark: {:?}",
+        tier.usage().await.unwrap()
+    );
     assert!(tier.eviction_stats().await.unwrap()[0].1.evicted_keys > 0);
     let loaded = tier.load(vec![key(100)], bufs(1, 100)).await.unwrap();
     assert!(loaded.hits.all(), "the locked key was never evicted");
@@ -380,22 +482,38 @@ pub async fn multi_adapter_first_hit(fx: &impl Fixture) {
     // key(2) only on adapter 1.
     let d = tier
         .controller()
-        .send(Delete { keys: vec![key(2)], adapter: Some(0) })
+        .send(Delete {
+            keys: vec![key(2)],
+            adapter: Some(0),
+        })
         .await
         .unwrap();
     assert_eq!(d.adapters, vec![(0, vec![key(2)])]);
-    let hits = tier.lookup_and_lock(vec![key(1), key(2), key(3)]).await.unwrap();
+    let hits = tier
+        .lookup_and_lock(vec![key(1), key(2), key(3)])
+        .await
+        .unwrap();
     assert_eq!(format!("{hits}"), "110");
     // Adapter 1's lock on key(1) was released: it can delete there; adapter 0 holds it.
     let d = tier
         .controller()
-        .send(Delete { keys: vec![key(1)], adapter: Some(1) })
+        .send(Delete {
+            keys: vec![key(1)],
+            adapter: Some(1),
+        })
         .await
         .unwrap();
-    assert_eq!(d.adapters, vec![(1, vec![key(1)])], "duplicate lock released");
+    assert_eq!(
+        d.adapters,
+        vec![(1, vec![key(1)])],
+        "duplicate lock released"
+    );
     let d = tier
         .controller()
-        .send(Delete { keys: vec![key(1)], adapter: Some(0) })
+        .send(Delete {
+            keys: vec![key(1)],
+            adapter: Some(0),
+        })
         .await
         .unwrap();
     assert_eq!(d.adapters, vec![(0, vec![])], "winner's lock kept");
@@ -417,7 +535,9 @@ pub async fn list_keys(fx: &impl Fixture) {
     let objs: Vec<_> = (0..7).map(|i| payload(i, 10 + i as usize)).collect();
     tier.store(keys.clone(), objs).await.unwrap();
     let other = kvtier::ObjectKey::new("other-model", 1, vec![1u8]).unwrap();
-    tier.store(vec![other.clone()], vec![payload(0, 5)]).await.unwrap();
+    tier.store(vec![other.clone()], vec![payload(0, 5)])
+        .await
+        .unwrap();
     let mut cursor = None;
     let mut seen = Vec::new();
     loop {

@@ -114,7 +114,10 @@ impl Paths {
         }
     }
 
-    fn scan(&self, model: Option<&str>) -> Result<Vec<(String, ObjectKey, u64, u64)>, BackendError> {
+    fn scan(
+        &self,
+        model: Option<&str>,
+    ) -> Result<Vec<(String, ObjectKey, u64, u64)>, BackendError> {
         let mut out = Vec::new();
         let dir = fs::read_dir(&self.base).map_err(|e| BackendError::io("list", e))?;
         for entry in dir {
@@ -143,7 +146,9 @@ impl Paths {
 
     fn remove_stale_tmp(&self) {
         let dir = self.tmp.as_deref().unwrap_or(&self.base);
-        let Ok(entries) = fs::read_dir(dir) else { return };
+        let Ok(entries) = fs::read_dir(dir) else {
+            return;
+        };
         let now = SystemTime::now();
         for entry in entries.flatten() {
             let name = entry.file_name();
@@ -228,7 +233,10 @@ impl FsStorage {
             let pool = self.pool.clone();
             jobs.push(async move {
                 let res = run_on(&pool, move || {
-                    chunk.into_iter().map(|i| work(&paths, i)).collect::<Vec<O>>()
+                    chunk
+                        .into_iter()
+                        .map(|i| work(&paths, i))
+                        .collect::<Vec<O>>()
                 })
                 .await;
                 (start, len, res)

@@ -2,20 +2,18 @@
 
 mod config;
 
-use std::collections::HashMap;
-
 use bytes::{Bytes, BytesMut};
 
 pub use config::MemoryConfig;
 
-use crate::key::{NameFormat, ObjectKey};
+use crate::key::{KeyMap, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{BackendError, Fetched, Io, Removed, Storage};
 
 /// In-process storage. Every operation completes synchronously inside the actor's handler.
 #[derive(Debug, Default)]
 pub struct MemoryStorage {
-    objects: HashMap<ObjectKey, Bytes>,
+    objects: KeyMap<Bytes>,
     format: NameFormat,
 }
 
@@ -23,7 +21,7 @@ impl MemoryStorage {
     /// An empty store whose listings use `format` for names and cursors.
     pub fn new(format: NameFormat) -> Self {
         Self {
-            objects: HashMap::new(),
+            objects: KeyMap::default(),
             format,
         }
     }
