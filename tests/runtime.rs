@@ -9,12 +9,14 @@ use kvtier::actors::{Load, LookupAndLock, Op, OpResult, Store, Submit, TierEvent
 use kvtier::{AdapterConfig, Tier, TierConfig};
 use support::{key, payload};
 
-fn completed(rx: &flume::Receiver<TierEvent>) -> (u64, OpResult) {
+/// Waits without blocking the arbiter (the controller runs on the test's thread).
+async fn completed(rx: &flume::Receiver<TierEvent>) -> (u64, OpResult) {
     loop {
-        match rx
-            .recv_timeout(Duration::from_secs(5))
-            .expect("a completion within 5 s")
-        {
+        let ev = actix_rt::time::timeout(Duration::from_secs(5), rx.recv_async())
+            .await
+            .expect("an event within 5 s")
+            .expect("channel open");
+        match ev {
             TierEvent::Completed { task, result } => return (task, result),
             TierEvent::Usage(_) => continue,
         }
@@ -38,7 +40,7 @@ async fn submitted_operations_complete_on_the_event_channel() {
         })))
         .await
         .unwrap();
-    let (task, result) = completed(&rx);
+    let (task, result) = completed(&rx).await;
     assert_eq!(task, t0);
     match result {
         OpResult::Store(r) => assert_eq!(r.adapters[0].1.new_bytes, 32),
@@ -51,7 +53,7 @@ async fn submitted_operations_complete_on_the_event_channel() {
         .await
         .unwrap();
     assert_ne!(t1, t0);
-    match completed(&rx) {
+    match completed(&rx).await {
         (t, OpResult::LookupAndLock(bits)) => {
             assert_eq!(t, t1);
             assert_eq!(format!("{bits}"), "10");
@@ -65,7 +67,7 @@ async fn submitted_operations_complete_on_the_event_channel() {
         })))
         .await
         .unwrap();
-    match completed(&rx) {
+    match completed(&rx).await {
         (t, OpResult::Load(r)) => {
             assert_eq!(t, t2);
             assert!(r.hits.all());

@@ -301,12 +301,14 @@ pub async fn per_salt_bytes(fx: &impl Fixture) {
     tier.shutdown();
 }
 
-fn next_event(rx: &flume::Receiver<TierEvent>) -> UsageEventKind {
+/// Waits without blocking the arbiter (the controller runs on the test's thread).
+async fn next_event(rx: &flume::Receiver<TierEvent>) -> UsageEventKind {
     loop {
-        match rx
-            .recv_timeout(Duration::from_secs(5))
+        let ev = actix_rt::time::timeout(Duration::from_secs(5), rx.recv_async())
+            .await
             .expect("an event within 5 s")
-        {
+            .expect("channel open");
+        match ev {
             TierEvent::Usage(e) => return e.kind,
             TierEvent::Completed { .. } => continue,
         }
@@ -321,7 +323,7 @@ pub async fn events(fx: &impl Fixture) {
     tier.store(vec![key(1), key(2)], vec![payload(1, 10), payload(2, 20)])
         .await
         .unwrap();
-    match next_event(&rx) {
+    match next_event(&rx).await {
         UsageEventKind::Stored { keys, sizes } => {
             assert_eq!(keys, vec![key(1), key(2)]);
             assert_eq!(sizes, vec![10, 20]);
@@ -329,7 +331,7 @@ pub async fn events(fx: &impl Fixture) {
         other => panic!("expected Stored, got {other:?}"),
     }
     tier.lookup_and_lock(vec![key(1), key(3)]).await.unwrap();
-    match next_event(&rx) {
+    match next_event(&rx).await {
         UsageEventKind::Accessed { keys } => assert_eq!(keys, vec![key(1)]),
         other => panic!("expected Accessed, got {other:?}"),
     }
@@ -341,13 +343,13 @@ pub async fn events(fx: &impl Fixture) {
     .unwrap();
     // A marker lookup: its event comes after anything the load could have emitted.
     tier.lookup_and_lock(vec![key(2)]).await.unwrap();
-    match next_event(&rx) {
+    match next_event(&rx).await {
         UsageEventKind::Accessed { keys } => assert_eq!(keys, vec![key(2)], "load emitted nothing"),
         other => panic!("expected the marker's Accessed, got {other:?}"),
     }
     tier.unlock(vec![key(1), key(2)]);
     tier.delete(vec![key(2)]).await.unwrap();
-    match next_event(&rx) {
+    match next_event(&rx).await {
         UsageEventKind::Deleted { keys, sizes } => {
             assert_eq!(keys, vec![key(2)]);
             assert_eq!(sizes, vec![20]);
