@@ -16,6 +16,7 @@ use std::path::{Path, PathBuf};
 
 use kvtier_actors::backends::fs::FsConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
+use kvtier_actors::backends::s3::S3Config;
 use kvtier_actors::config::{CommonConfig, FieldError};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -28,7 +29,7 @@ pub const ENV_PREFIX: &str = "KVTIER";
 /// Default period of the eviction actor's timer, in milliseconds.
 pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
 /// Adapter types known to this build.
-pub const ADAPTER_TYPES: &[&str] = &["memory", "fs"];
+pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3"];
 /// Fields whose values are never printed.
 pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
 /// What a secret is printed as.
@@ -101,6 +102,8 @@ pub enum AdapterSpec {
     Memory(MemoryConfig),
     /// `type = "fs"`.
     Fs(FsConfig),
+    /// `type = "s3"`.
+    S3(S3Config),
 }
 
 impl AdapterSpec {
@@ -109,6 +112,7 @@ impl AdapterSpec {
         match self {
             AdapterSpec::Memory(_) => "memory",
             AdapterSpec::Fs(_) => "fs",
+            AdapterSpec::S3(_) => "s3",
         }
     }
 }
@@ -349,6 +353,11 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
             let c: FsConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
             c.validate().map_err(field_err)?;
             AdapterSpec::Fs(c)
+        }
+        "s3" => {
+            let c: S3Config = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
+            c.validate().map_err(field_err)?;
+            AdapterSpec::S3(c)
         }
         other => {
             return Err(err(

@@ -12,6 +12,7 @@ use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use kvtier_actors::backends::fs::FsStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
+use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::config::EvictionPolicy;
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
 use kvtier_actors::{
@@ -99,6 +100,12 @@ impl Tier {
                 AdapterSpec::Memory(_) => {
                     spawn(index, MemoryStorage::new(format), capacity, subscribers)
                 }
+                AdapterSpec::S3(c) => spawn(
+                    index,
+                    S3Storage::open(c, format, capacity).await.map_err(fail)?,
+                    capacity,
+                    subscribers,
+                ),
                 AdapterSpec::Fs(c) => spawn(
                     index,
                     FsStorage::open(c, format).map_err(fail)?,

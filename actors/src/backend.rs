@@ -129,6 +129,25 @@ impl<S: Storage> BackendActor<S> {
         }
     }
 
+    /// Tells the storage how an operation went, for its circuit breaker.
+    fn observe_health<'a, T: 'a>(
+        &mut self,
+        results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
+    ) {
+        let (mut ok, mut connection_failures) = (0, 0);
+        for r in results {
+            match r {
+                Ok(_) => ok += 1,
+                Err(BackendError::Connection { .. }) => connection_failures += 1,
+                Err(_) => {}
+            }
+        }
+        self.storage.observe(Observed::Health {
+            ok,
+            connection_failures,
+        });
+    }
+
     fn lock(&mut self, key: &ObjectKey) {
         match self.locks.get_mut(key) {
             Some(n) => *n += 1,
@@ -145,6 +164,7 @@ impl<S: Storage> BackendActor<S> {
         results: Vec<Result<(), BackendError>>,
         mut outcome: StoreOutcome,
     ) -> StoreOutcome {
+        self.observe_health(&results);
         let mut ok_keys = Vec::with_capacity(keys.len());
         let mut ok_sizes = Vec::with_capacity(keys.len());
         for ((key, size), res) in keys.into_iter().zip(sizes).zip(results) {
@@ -197,6 +217,7 @@ impl<S: Storage> BackendActor<S> {
         keys: Vec<ObjectKey>,
         results: Vec<Result<Removed, BackendError>>,
     ) -> Vec<ObjectKey> {
+        self.observe_health(&results);
         let mut removed = Vec::new();
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
@@ -396,6 +417,7 @@ impl<S: Storage> Handler<LookupAndLock> for BackendActor<S> {
         }
         let io = self.storage.head(probe.clone());
         self.respond(io, move |results, act| {
+            act.observe_health(&results);
             let mut found = Vec::new();
             let mut found_sizes = Vec::new();
             let mut probed = Vec::with_capacity(probe.len());
@@ -457,6 +479,7 @@ impl<S: Storage> Handler<Load> for BackendActor<S> {
         let items: Vec<(ObjectKey, BytesMut)> = msg.keys.into_iter().zip(msg.buffers).collect();
         let io = self.storage.get(items);
         self.respond(io, move |results, act| {
+            act.observe_health(results.iter().map(|(_, r)| r));
             let mut hits = Bitmap::zeros(keys.len());
             let mut buffers = Vec::with_capacity(keys.len());
             let mut gone = Vec::new();
@@ -575,7 +598,10 @@ impl<S: Storage> Handler<ListKeys> for BackendActor<S> {
             msg.page_size
         };
         let io = self.storage.list(msg.model, msg.cursor, limit);
-        self.respond(io, |res, _| res)
+        self.respond(io, |res, act| {
+            act.observe_health(std::iter::once(&res));
+            res
+        })
     }
 }
 

@@ -43,6 +43,15 @@ pub enum BackendError {
         /// The underlying error, without secrets.
         message: String,
     },
+    /// The store could not be reached (refused, reset, DNS, timeout); counts toward a circuit
+    /// breaker.
+    #[error("{op} could not reach the store: {message}")]
+    Connection {
+        /// The operation.
+        op: &'static str,
+        /// The underlying error.
+        message: String,
+    },
     /// The backend refuses requests for now (e.g. an open circuit breaker).
     #[error("unavailable: {reason}")]
     Unavailable {
@@ -120,6 +129,14 @@ pub enum Observed<'a> {
     Probed(&'a [ObjectKey], &'a [Option<u64>]),
     /// These keys were removed.
     Removed(&'a [ObjectKey]),
+    /// An operation finished with `ok` successful items and `connection_failures` items that
+    /// could not reach the store (for circuit breakers).
+    Health {
+        /// Items that reached the store (a "not found" counts).
+        ok: usize,
+        /// Items that failed with [`BackendError::Connection`].
+        connection_failures: usize,
+    },
 }
 
 /// A concrete object store driven by a [`BackendActor`](crate::BackendActor).

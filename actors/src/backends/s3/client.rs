@@ -1,0 +1,85 @@
+//! Builds the `aws-sdk-s3` client for an [`S3Config`].
+
+use std::time::Duration;
+
+use aws_config::BehaviorVersion;
+use aws_credential_types::Credentials;
+use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
+use aws_smithy_types::retry::RetryConfig;
+use aws_smithy_types::timeout::TimeoutConfig;
+
+use super::config::{ResolvedEndpoint, S3Config};
+use crate::storage::BackendError;
+
+/// Connection timeout: a refused or black-holed endpoint fails fast and counts toward the breaker.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+/// Longest a single request attempt may take.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+/// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
+pub const MAX_ATTEMPTS: u32 = 3;
+
+/// Builds a client. Must run inside a tokio runtime (the default credential chain is async).
+pub async fn build_client(
+    cfg: &S3Config,
+    ep: &ResolvedEndpoint,
+) -> Result<aws_sdk_s3::Client, BackendError> {
+    let mut trust = TrustStore::default();
+    if let Some(path) = &cfg.s3_ca_bundle {
+        let pem = std::fs::read(path).map_err(|e| BackendError::Invalid {
+            reason: format!("s3_ca_bundle {}: {e}", path.display()),
+        })?;
+        trust = trust.with_pem_certificate(pem);
+    }
+    let tls_context = TlsContext::builder()
+        .with_trust_store(trust)
+        .build()
+        .map_err(|e| BackendError::Invalid {
+            reason: format!("TLS setup: {e}"),
+        })?;
+    // The connector offers ALPN h2 then http/1.1 on TLS connections (s3_prefer_http2 = true).
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+        .tls_context(tls_context)
+        .build_https();
+
+    let region = Region::new(cfg.s3_region.clone());
+    let mut b = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {
+        (Some(id), Some(secret)) => aws_sdk_s3::config::Builder::new()
+            .behavior_version(BehaviorVersion::latest())
+            .region(region)
+            .credentials_provider(Credentials::new(
+                id.expose(),
+                secret.expose(),
+                None,
+                None,
+                "kvtier-static",
+            )),
+        _ => {
+            let shared = aws_config::defaults(BehaviorVersion::latest())
+                .region(region)
+                .load()
+                .await;
+            aws_sdk_s3::config::Builder::from(&shared)
+        }
+    };
+    b = b
+        .http_client(http)
+        .force_path_style(ep.force_path_style)
+        .disable_s3_express_session_auth(!cfg.s3_enable_s3express)
+        // Integrity comes from TLS (or the caller's own checks); per-request CRCs cost CPU
+        // on every byte and are only sent where an API requires them.
+        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
+        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+        .timeout_config(
+            TimeoutConfig::builder()
+                .connect_timeout(CONNECT_TIMEOUT)
+                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .build(),
+        );
+    if let Some(url) = &ep.endpoint_url {
+        b = b.endpoint_url(url);
+    }
+    Ok(aws_sdk_s3::Client::from_conf(b.build()))
+}

@@ -1,0 +1,368 @@
+//! Configuration of the `s3` adapter: the fields of LMCache's MP S3 adapter (`s3.rst`), plus
+//! the newer `s3_bucket`, `s3_addressing_style`, `s3_ca_bundle` and `s3_key_prefix`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{FieldError, Secret};
+
+/// How the bucket appears in request URLs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddressingStyle {
+    /// `https://<bucket>.<host>/<key>` (AWS default).
+    Virtual,
+    /// `https://<host>/<bucket>/<key>` (MinIO, Garage and most self-hosted stores).
+    Path,
+}
+
+/// `type = "s3"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct S3Config {
+    /// Bucket URL, required: `s3://bucket`, `s3://bucket.host`, the bare host form
+    /// `bucket.s3.us-east-1.amazonaws.com`, or a plain endpoint URL (`http://127.0.0.1:3900`)
+    /// together with `s3_bucket`.
+    pub s3_endpoint: String,
+    /// AWS region for signing, required.
+    pub s3_region: String,
+    /// Requests in flight at most (default 64); also caps the client's I/O threads at the
+    /// number of CPUs.
+    #[serde(default = "default_io_threads")]
+    pub s3_num_io_threads: usize,
+    /// Offer HTTP/2 via ALPN (`h2`, then `http/1.1`) on TLS connections (default true).
+    #[serde(default = "default_true")]
+    pub s3_prefer_http2: bool,
+    /// Enable S3 Express One Zone session authentication (default false).
+    #[serde(default)]
+    pub s3_enable_s3express: bool,
+    /// Plain HTTP instead of TLS, for non-AWS endpoints (default false).
+    #[serde(default)]
+    pub disable_tls: bool,
+    /// Static access key id (with `aws_secret_access_key`); omit both for the default
+    /// credential chain (environment, profile, web identity/IRSA, instance metadata).
+    #[serde(default)]
+    pub aws_access_key_id: Option<Secret>,
+    /// Static secret access key (with `aws_access_key_id`).
+    #[serde(default)]
+    pub aws_secret_access_key: Option<Secret>,
+    /// The bucket, when `s3_endpoint` is a plain endpoint URL.
+    #[serde(default)]
+    pub s3_bucket: Option<String>,
+    /// `"virtual"` or `"path"`; default virtual for bucket URLs, path for plain endpoint URLs.
+    #[serde(default)]
+    pub s3_addressing_style: Option<AddressingStyle>,
+    /// PEM file of extra CA certificates to trust (private endpoints).
+    #[serde(default)]
+    pub s3_ca_bundle: Option<PathBuf>,
+    /// Every object is stored under this prefix (`<prefix>/<object name>`); default none.
+    #[serde(default)]
+    pub s3_key_prefix: Option<String>,
+    /// List the bucket (under the prefix) at start to rebuild usage and LRU order; default true
+    /// when `max_capacity_gb > 0`.
+    #[serde(default)]
+    pub rebuild_index_on_start: Option<bool>,
+    /// Seconds an open circuit breaker waits before letting a probe through (default 5).
+    #[serde(default = "default_cooldown")]
+    pub circuit_breaker_cooldown_secs: f64,
+}
+
+fn default_io_threads() -> usize {
+    64
+}
+fn default_true() -> bool {
+    true
+}
+fn default_cooldown() -> f64 {
+    5.0
+}
+
+/// Where requests go, derived from `s3_endpoint`, `s3_bucket` and the TLS/addressing fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedEndpoint {
+    /// The bucket.
+    pub bucket: String,
+    /// A custom endpoint URL, or `None` for AWS's own (resolved from the region by the SDK).
+    pub endpoint_url: Option<String>,
+    /// Path-style addressing.
+    pub force_path_style: bool,
+}
+
+impl S3Config {
+    /// A config for a plain endpoint URL, bucket and region, with static credentials.
+    pub fn for_endpoint(
+        endpoint: &str,
+        bucket: &str,
+        region: &str,
+        key_id: &str,
+        secret: &str,
+    ) -> Self {
+        Self {
+            s3_endpoint: endpoint.into(),
+            s3_region: region.into(),
+            s3_num_io_threads: default_io_threads(),
+            s3_prefer_http2: true,
+            s3_enable_s3express: false,
+            disable_tls: endpoint.starts_with("http://"),
+            aws_access_key_id: Some(Secret::new(key_id)),
+            aws_secret_access_key: Some(Secret::new(secret)),
+            s3_bucket: Some(bucket.into()),
+            s3_addressing_style: None,
+            s3_ca_bundle: None,
+            s3_key_prefix: None,
+            rebuild_index_on_start: None,
+            circuit_breaker_cooldown_secs: default_cooldown(),
+        }
+    }
+
+    /// Checks every field and resolves the endpoint.
+    pub fn validate(&self) -> Result<ResolvedEndpoint, FieldError> {
+        if self.s3_region.trim().is_empty() {
+            return Err(FieldError::new("s3_region", "must not be empty"));
+        }
+        if !(1..=4096).contains(&self.s3_num_io_threads) {
+            return Err(FieldError::new(
+                "s3_num_io_threads",
+                format!("must be between 1 and 4096, got {}", self.s3_num_io_threads),
+            ));
+        }
+        match (&self.aws_access_key_id, &self.aws_secret_access_key) {
+            (Some(_), None) => {
+                return Err(FieldError::new(
+                    "aws_secret_access_key",
+                    "missing: give both aws_access_key_id and aws_secret_access_key, or neither",
+                ))
+            }
+            (None, Some(_)) => {
+                return Err(FieldError::new(
+                    "aws_access_key_id",
+                    "missing: give both aws_access_key_id and aws_secret_access_key, or neither",
+                ))
+            }
+            (Some(id), Some(_)) if id.expose().is_empty() => {
+                return Err(FieldError::new("aws_access_key_id", "must not be empty"))
+            }
+            _ => {}
+        }
+        let c = self.circuit_breaker_cooldown_secs;
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(FieldError::new(
+                "circuit_breaker_cooldown_secs",
+                format!("must be a finite number >= 0, got {c}"),
+            ));
+        }
+        if let Some(p) = &self.s3_key_prefix {
+            if p.trim_matches('/').is_empty() {
+                return Err(FieldError::new(
+                    "s3_key_prefix",
+                    "must contain something besides '/' (omit it for no prefix)",
+                ));
+            }
+        }
+        if let Some(b) = &self.s3_bucket {
+            validate_bucket("s3_bucket", b)?;
+        }
+        self.resolve()
+    }
+
+    /// The key prefix with surrounding slashes removed and one `/` appended (`""` for none).
+    pub fn key_prefix(&self) -> String {
+        match &self.s3_key_prefix {
+            Some(p) => format!("{}/", p.trim_matches('/')),
+            None => String::new(),
+        }
+    }
+
+    fn resolve(&self) -> Result<ResolvedEndpoint, FieldError> {
+        let ep = self.s3_endpoint.trim();
+        let err = |m: String| FieldError::new("s3_endpoint", m);
+        if ep.is_empty() {
+            return Err(err("must not be empty".into()));
+        }
+        let virtual_default;
+        let (bucket, endpoint_url) = if let Some(rest) = ep
+            .strip_prefix("http://")
+            .map(|r| ("http", r))
+            .or_else(|| ep.strip_prefix("https://").map(|r| ("https", r)))
+        {
+            let (scheme, host) = rest;
+            if scheme == "https" && self.disable_tls {
+                return Err(err("is an https:// URL but disable_tls is true".into()));
+            }
+            if scheme == "http" && !self.disable_tls {
+                return Err(err(
+                    "is an http:// URL: set disable_tls = true to send requests without TLS".into(),
+                ));
+            }
+            if host.trim_end_matches('/').is_empty() || host.trim_end_matches('/').contains('/') {
+                return Err(err(format!(
+                    "{ep:?} must be scheme://host[:port] with no path"
+                )));
+            }
+            let bucket = self.s3_bucket.clone().ok_or_else(|| {
+                FieldError::new(
+                    "s3_bucket",
+                    "required when s3_endpoint is a plain http(s):// endpoint URL",
+                )
+            })?;
+            virtual_default = false;
+            (
+                bucket,
+                Some(format!("{scheme}://{}", host.trim_end_matches('/'))),
+            )
+        } else {
+            let target = ep.strip_prefix("s3://").unwrap_or(ep).trim_end_matches('/');
+            if target.is_empty() || target.contains('/') {
+                return Err(err(format!(
+                    "{ep:?} must be s3://bucket, s3://bucket.host or bucket.host (no path)"
+                )));
+            }
+            virtual_default = true;
+            let scheme = if self.disable_tls { "http" } else { "https" };
+            let (bucket, host) = match (&self.s3_bucket, target.split_once('.')) {
+                (Some(b), Some(_)) => (b.clone(), Some(target.to_owned())),
+                (Some(b), None) if b != target => {
+                    return Err(FieldError::new(
+                        "s3_bucket",
+                        format!("{b:?} contradicts the bucket {target:?} in s3_endpoint"),
+                    ))
+                }
+                (_, None) => (target.to_owned(), None),
+                (None, Some((b, h))) => (b.to_owned(), Some(h.to_owned())),
+            };
+            validate_bucket("s3_endpoint", &bucket)?;
+            // AWS hosts are left to the SDK's endpoint rules (they know S3 Express); others
+            // become a custom endpoint.
+            let url = match host {
+                Some(h) if !h.ends_with(".amazonaws.com") || self.disable_tls => {
+                    Some(format!("{scheme}://{h}"))
+                }
+                None if self.disable_tls => {
+                    Some(format!("http://s3.{}.amazonaws.com", self.s3_region))
+                }
+                _ => None,
+            };
+            (bucket, url)
+        };
+        let force_path_style = match self.s3_addressing_style {
+            Some(AddressingStyle::Path) => true,
+            Some(AddressingStyle::Virtual) => false,
+            None => !virtual_default,
+        };
+        Ok(ResolvedEndpoint {
+            bucket,
+            endpoint_url,
+            force_path_style,
+        })
+    }
+}
+
+fn validate_bucket(field: &str, b: &str) -> Result<(), FieldError> {
+    let ok = (3..=63).contains(&b.len())
+        && b.bytes()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'-' || c == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(FieldError::new(
+            field,
+            format!("{b:?} is not a valid bucket name (3-63 of a-z, 0-9, '-', '.')"),
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(endpoint: &str) -> S3Config {
+        let mut c = S3Config::for_endpoint(endpoint, "b", "us-east-1", "id", "secret");
+        c.s3_bucket = None;
+        c.disable_tls = false;
+        c.aws_access_key_id = None;
+        c.aws_secret_access_key = None;
+        c
+    }
+
+    #[test]
+    fn endpoint_forms() {
+        let r = cfg("s3://my-bucket").validate().unwrap();
+        assert_eq!(
+            (r.bucket.as_str(), r.endpoint_url, r.force_path_style),
+            ("my-bucket", None, false)
+        );
+        let r = cfg("my-bucket.s3.us-east-1.amazonaws.com")
+            .validate()
+            .unwrap();
+        assert_eq!((r.bucket.as_str(), r.endpoint_url), ("my-bucket", None));
+        let r = cfg("s3://test-127.cwlota.com").validate().unwrap();
+        assert_eq!(
+            (r.bucket.as_str(), r.endpoint_url.as_deref()),
+            ("test-127", Some("https://cwlota.com"))
+        );
+        let mut c = cfg("s3://kv.cwlota.com");
+        c.disable_tls = true;
+        let r = c.validate().unwrap();
+        assert_eq!(
+            (r.bucket.as_str(), r.endpoint_url.as_deref()),
+            ("kv", Some("http://cwlota.com"))
+        );
+        let mut c = cfg("http://127.0.0.1:3900");
+        c.disable_tls = true;
+        assert_eq!(c.validate().unwrap_err().field, "s3_bucket");
+        c.s3_bucket = Some("kvtier".into());
+        let r = c.validate().unwrap();
+        assert_eq!(
+            (
+                r.bucket.as_str(),
+                r.endpoint_url.as_deref(),
+                r.force_path_style
+            ),
+            ("kvtier", Some("http://127.0.0.1:3900"), true)
+        );
+        c.s3_addressing_style = Some(AddressingStyle::Virtual);
+        assert!(!c.validate().unwrap().force_path_style);
+        c.disable_tls = false;
+        assert_eq!(c.validate().unwrap_err().field, "s3_endpoint");
+    }
+
+    #[test]
+    fn field_errors() {
+        let mut c = cfg("s3://bucket");
+        c.aws_access_key_id = Some(Secret::new("AKIA"));
+        assert_eq!(c.validate().unwrap_err().field, "aws_secret_access_key");
+        let mut c = cfg("s3://bucket");
+        c.s3_num_io_threads = 0;
+        assert_eq!(c.validate().unwrap_err().field, "s3_num_io_threads");
+        let mut c = cfg("s3://bucket");
+        c.s3_region = " ".into();
+        assert_eq!(c.validate().unwrap_err().field, "s3_region");
+        assert_eq!(
+            cfg("s3://Bad_Bucket").validate().unwrap_err().field,
+            "s3_endpoint"
+        );
+        assert_eq!(
+            cfg("s3://b/x/y").validate().unwrap_err().field,
+            "s3_endpoint"
+        );
+        let mut c = cfg("s3://bucket");
+        c.s3_key_prefix = Some("/".into());
+        assert_eq!(c.validate().unwrap_err().field, "s3_key_prefix");
+        c.s3_key_prefix = Some("/kv/prod/".into());
+        assert_eq!(c.key_prefix(), "kv/prod/");
+    }
+
+    #[test]
+    fn secrets_do_not_show() {
+        let c = S3Config::for_endpoint("http://h:1", "bkt", "r", "AKIAEXAMPLE", "s3cr3t-value");
+        let dbg = format!("{c:?}");
+        let json = serde_json::to_string(&c).unwrap();
+        for text in [dbg, json] {
+            assert!(
+                !text.contains("s3cr3t-value") && !text.contains("AKIAEXAMPLE"),
+                "{text}"
+            );
+        }
+    }
+}

@@ -1,0 +1,636 @@
+//! The `s3` backend: objects in an S3-compatible bucket through the official `aws-sdk-s3`.
+//!
+//! Objects are the raw chunk bytes under the literal object name (after an optional key
+//! prefix), so a bucket written by LMCache MP is readable here and the reverse. Store is one PUT
+//! per key; lookup uses the actor's ledger as its size cache, then HEAD (200 with a length > 0
+//! is a hit, 404 a miss); load is a GET streamed straight into the caller's buffer, size
+//! checked; delete is `DeleteObjects` in batches of up to 1000; listing is `ListObjectsV2` with
+//! prefix `<model>@`.
+//!
+//! Requests run on a small multi-threaded tokio runtime owned by the storage, never on the
+//! backend actor's arbiter, bounded to `s3_num_io_threads` in flight. A circuit breaker opens
+//! after 3 consecutive connection-level failures: requests then fail at once without network
+//! traffic; after `circuit_breaker_cooldown_secs` one request is let through as a probe, and a
+//! success closes the breaker again.
+
+mod client;
+mod config;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::primitives::ByteStream;
+use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use bytes::{Bytes, BytesMut};
+use tokio::sync::Semaphore;
+
+pub use client::{build_client, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
+pub use config::{AddressingStyle, ResolvedEndpoint, S3Config};
+
+use crate::key::{NameFormat, ObjectKey};
+use crate::messages::KeyPage;
+use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
+
+/// Consecutive connection-level failures that open the breaker.
+pub const BREAKER_THRESHOLD: u32 = 3;
+/// Keys per `DeleteObjects` request (the S3 maximum).
+const DELETE_BATCH: usize = 1000;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum BreakerState {
+    Closed,
+    Open { since: Instant },
+    HalfOpen,
+}
+
+/// The circuit breaker, owned by the storage (and so by the backend actor).
+#[derive(Debug)]
+struct Breaker {
+    state: BreakerState,
+    failures: u32,
+    cooldown: Duration,
+    opened: u64,
+    fast_failures: u64,
+}
+
+impl Breaker {
+    fn admit(&mut self) -> Result<(), BackendError> {
+        match self.state {
+            BreakerState::Closed => Ok(()),
+            BreakerState::Open { since } if since.elapsed() >= self.cooldown => {
+                self.state = BreakerState::HalfOpen;
+                tracing::info!("s3 circuit breaker half-open: sending a probe");
+                Ok(())
+            }
+            BreakerState::Open { since } => {
+                self.fast_failures += 1;
+                Err(BackendError::Unavailable {
+                    reason: format!(
+                        "circuit breaker open after {} consecutive connection failures; next probe in {:.1}s",
+                        self.failures,
+                        self.cooldown.saturating_sub(since.elapsed()).as_secs_f64()
+                    ),
+                })
+            }
+            BreakerState::HalfOpen => {
+                self.fast_failures += 1;
+                Err(BackendError::Unavailable {
+                    reason: "circuit breaker half-open: waiting for the probe".into(),
+                })
+            }
+        }
+    }
+
+    fn record(&mut self, ok: usize, connection_failures: usize) {
+        if ok > 0 {
+            if self.state != BreakerState::Closed {
+                tracing::info!("s3 circuit breaker closed: the store answers again");
+            }
+            self.state = BreakerState::Closed;
+            self.failures = 0;
+        } else if connection_failures > 0 {
+            self.failures = self.failures.saturating_add(connection_failures as u32);
+            let reopen = self.state == BreakerState::HalfOpen;
+            if reopen || (self.state == BreakerState::Closed && self.failures >= BREAKER_THRESHOLD)
+            {
+                tracing::warn!(failures = self.failures, "s3 circuit breaker open");
+                self.state = BreakerState::Open {
+                    since: Instant::now(),
+                };
+                self.opened += 1;
+            }
+        } else if self.state == BreakerState::HalfOpen {
+            // The probe reached the store, even if the request itself was refused.
+            self.state = BreakerState::Closed;
+            self.failures = 0;
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        match self.state {
+            BreakerState::Closed => "closed",
+            BreakerState::Open { .. } => "open",
+            BreakerState::HalfOpen => "half-open",
+        }
+    }
+}
+
+/// What request futures share (immutable, plus the in-flight bound).
+struct Shared {
+    client: aws_sdk_s3::Client,
+    bucket: String,
+    prefix: String,
+    format: NameFormat,
+    permits: Semaphore,
+}
+
+impl Shared {
+    fn object_key(&self, key: &ObjectKey) -> String {
+        let mut s = self.prefix.clone();
+        s.push_str(&key.object_name(self.format));
+        s
+    }
+}
+
+/// S3 storage. See the module docs.
+pub struct S3Storage {
+    shared: Arc<Shared>,
+    runtime: Option<tokio::runtime::Runtime>,
+    handle: tokio::runtime::Handle,
+    breaker: Breaker,
+    rebuild: bool,
+    endpoint: ResolvedEndpoint,
+    region: String,
+    in_flight_bound: usize,
+}
+
+fn classify<E>(
+    op: &'static str,
+    e: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
+) -> BackendError
+where
+    E: std::error::Error + Send + Sync + 'static,
+{
+    let message = DisplayErrorContext(&e).to_string();
+    match e {
+        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
+            BackendError::Connection { op, message }
+        }
+        _ => BackendError::Io { op, message },
+    }
+}
+
+impl S3Storage {
+    /// Validates the config, builds the client and its runtime. `capacity_bytes` decides the
+    /// default of `rebuild_index_on_start`.
+    pub async fn open(
+        cfg: &S3Config,
+        format: NameFormat,
+        capacity_bytes: u64,
+    ) -> Result<Self, BackendError> {
+        let endpoint = cfg.validate().map_err(|e| BackendError::Invalid {
+            reason: e.to_string(),
+        })?;
+        let threads = cfg
+            .s3_num_io_threads
+            .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
+            .max(1);
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("kvtier-s3")
+            .enable_all()
+            .build()
+            .map_err(|e| BackendError::io("open", e))?;
+        let handle = runtime.handle().clone();
+        let (c, ep) = (cfg.clone(), endpoint.clone());
+        let client = handle
+            .spawn(async move { build_client(&c, &ep).await })
+            .await
+            .map_err(|e| BackendError::io("open", e))??;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                client,
+                bucket: endpoint.bucket.clone(),
+                prefix: cfg.key_prefix(),
+                format,
+                permits: Semaphore::new(cfg.s3_num_io_threads),
+            }),
+            runtime: Some(runtime),
+            handle,
+            breaker: Breaker {
+                state: BreakerState::Closed,
+                failures: 0,
+                cooldown: Duration::from_secs_f64(cfg.circuit_breaker_cooldown_secs),
+                opened: 0,
+                fast_failures: 0,
+            },
+            rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
+            endpoint,
+            region: cfg.s3_region.clone(),
+            in_flight_bound: cfg.s3_num_io_threads,
+        })
+    }
+
+    /// The bucket requests go to.
+    pub fn bucket(&self) -> &str {
+        &self.shared.bucket
+    }
+
+    /// Runs one request per item on the S3 runtime (each its own task, so they spread over its
+    /// threads), unless the breaker refuses; results keep input order.
+    fn per_item<I, T, F, Fut>(&mut self, op: &'static str, items: Vec<I>, f: F) -> Io<Vec<T>>
+    where
+        I: Send + 'static,
+        T: Send + 'static,
+        F: Fn(Arc<Shared>, I) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = T> + Send + 'static,
+        T: From<BackendError>,
+    {
+        let n = items.len();
+        if let Err(e) = self.breaker.admit() {
+            return Io::Ready(Vec::from_iter(
+                std::iter::repeat_with(|| T::from(e.clone())).take(n),
+            ));
+        }
+        let handles: Vec<_> = items
+            .into_iter()
+            .map(|item| {
+                let shared = self.shared.clone();
+                let fut = f(shared.clone(), item);
+                self.handle.spawn(async move {
+                    let _permit = shared.permits.acquire().await;
+                    fut.await
+                })
+            })
+            .collect();
+        Io::pending(async move {
+            let mut out = Vec::with_capacity(n);
+            for h in handles {
+                out.push(h.await.unwrap_or_else(|e| {
+                    T::from(BackendError::Worker {
+                        op,
+                        reason: e.to_string(),
+                    })
+                }));
+            }
+            out
+        })
+    }
+}
+
+/// A load result that can stand for a refused request (the buffer is lost only if the task
+/// panicked, in which case a fresh one of the same length is returned).
+struct GetResult(BytesMut, Result<Fetched, BackendError>);
+
+impl From<BackendError> for GetResult {
+    fn from(e: BackendError) -> Self {
+        GetResult(BytesMut::new(), Err(e))
+    }
+}
+
+/// A plain per-item result.
+struct Item<T>(Result<T, BackendError>);
+
+impl<T> From<BackendError> for Item<T> {
+    fn from(e: BackendError) -> Self {
+        Item(Err(e))
+    }
+}
+
+async fn get_one(
+    shared: Arc<Shared>,
+    key: ObjectKey,
+    mut buf: BytesMut,
+) -> (BytesMut, Result<Fetched, BackendError>) {
+    let resp = shared
+        .client
+        .get_object()
+        .bucket(&shared.bucket)
+        .key(shared.object_key(&key))
+        .send()
+        .await;
+    let resp = match resp {
+        Ok(r) => r,
+        Err(e) => {
+            let not_found = e.as_service_error().is_some_and(|s| s.is_no_such_key())
+                || e.raw_response().is_some_and(|r| r.status().as_u16() == 404);
+            return if not_found {
+                (buf, Ok(Fetched::Absent))
+            } else {
+                (buf, Err(classify("get", e)))
+            };
+        }
+    };
+    let declared = resp.content_length().unwrap_or(-1);
+    if declared != buf.len() as i64 {
+        return (
+            buf,
+            Ok(Fetched::SizeMismatch {
+                actual: declared.max(0) as u64,
+            }),
+        );
+    }
+    let mut body = resp.body;
+    let mut off = 0usize;
+    loop {
+        match body.try_next().await {
+            Ok(Some(chunk)) => {
+                let end = off + chunk.len();
+                if end > buf.len() {
+                    // The server sent more than it declared: a miss, never a partial copy.
+                    return (buf, Ok(Fetched::SizeMismatch { actual: end as u64 }));
+                }
+                buf[off..end].copy_from_slice(&chunk);
+                off = end;
+            }
+            Ok(None) => break,
+            Err(e) => {
+                return (
+                    buf,
+                    Err(BackendError::Connection {
+                        op: "get",
+                        message: e.to_string(),
+                    }),
+                )
+            }
+        }
+    }
+    if off != buf.len() {
+        return (buf, Ok(Fetched::SizeMismatch { actual: off as u64 }));
+    }
+    (buf, Ok(Fetched::Hit))
+}
+
+async fn list_page(
+    shared: &Shared,
+    model: Option<&str>,
+    cursor: Option<&str>,
+    limit: usize,
+) -> Result<(Vec<(String, ObjectKey, u64, u64)>, Option<String>), BackendError> {
+    let mut prefix = shared.prefix.clone();
+    if let Some(m) = model {
+        prefix.push_str(m);
+        prefix.push('@');
+    }
+    let mut req = shared
+        .client
+        .list_objects_v2()
+        .bucket(&shared.bucket)
+        .prefix(&prefix)
+        .max_keys(limit.min(1000) as i32);
+    if let Some(c) = cursor {
+        req = req.start_after(format!("{}{}", shared.prefix, c));
+    }
+    let resp = req.send().await.map_err(|e| classify("list", e))?;
+    let mut out = Vec::new();
+    let mut last = None;
+    for obj in resp.contents() {
+        let Some(full) = obj.key() else { continue };
+        let name = full.strip_prefix(shared.prefix.as_str()).unwrap_or(full);
+        last = Some(name.to_owned());
+        let Ok(key) = ObjectKey::parse(name, shared.format) else {
+            continue;
+        };
+        if model.is_some_and(|m| key.model_name() != m) {
+            continue;
+        }
+        let size = obj.size().unwrap_or(0).max(0) as u64;
+        let modified = obj.last_modified().map_or(0, |t| t.secs().max(0) as u64);
+        out.push((name.to_owned(), key, size, modified));
+    }
+    let next = if resp.is_truncated().unwrap_or(false) {
+        last
+    } else {
+        None
+    };
+    Ok((out, next))
+}
+
+impl Storage for S3Storage {
+    fn kind(&self) -> &'static str {
+        "s3"
+    }
+
+    fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
+        let io = self.per_item(
+            "put",
+            items,
+            |shared, (key, data): (ObjectKey, Bytes)| async move {
+                let len = data.len() as i64;
+                let res = shared
+                    .client
+                    .put_object()
+                    .bucket(&shared.bucket)
+                    .key(shared.object_key(&key))
+                    .content_type("application/octet-stream")
+                    .content_length(len)
+                    .body(ByteStream::from(data))
+                    .send()
+                    .await;
+                Item(res.map(|_| ()).map_err(|e| classify("put", e)))
+            },
+        );
+        map_io(io, |v| v.into_iter().map(|i| i.0).collect())
+    }
+
+    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        let io = self.per_item("head", keys, |shared, key: ObjectKey| async move {
+            let res = shared
+                .client
+                .head_object()
+                .bucket(&shared.bucket)
+                .key(shared.object_key(&key))
+                .send()
+                .await;
+            Item(match res {
+                Ok(r) => Ok(r.content_length().filter(|l| *l > 0).map(|l| l as u64)),
+                Err(e)
+                    if e.as_service_error().is_some_and(|s| s.is_not_found())
+                        || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
+                {
+                    Ok(None)
+                }
+                Err(e) => Err(classify("head", e)),
+            })
+        });
+        map_io(io, |v| v.into_iter().map(|i| i.0).collect())
+    }
+
+    fn get(
+        &mut self,
+        items: Vec<(ObjectKey, BytesMut)>,
+    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
+        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
+        let io = self.per_item(
+            "get",
+            items,
+            |shared, (key, buf): (ObjectKey, BytesMut)| async move {
+                let (buf, res) = get_one(shared, key, buf).await;
+                GetResult(buf, res)
+            },
+        );
+        map_io(io, move |v| {
+            v.into_iter()
+                .enumerate()
+                .map(|(i, GetResult(buf, res))| {
+                    // A refused or failed task has no buffer: hand back one of the right size.
+                    let buf = if buf.len() == lens[i] {
+                        buf
+                    } else {
+                        BytesMut::zeroed(lens[i])
+                    };
+                    (buf, res)
+                })
+                .collect()
+        })
+    }
+
+    fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
+        let batches: Vec<Vec<ObjectKey>> = keys.chunks(DELETE_BATCH).map(|c| c.to_vec()).collect();
+        let io = self.per_item(
+            "delete",
+            batches,
+            |shared, batch: Vec<ObjectKey>| async move {
+                let names: Vec<String> = batch.iter().map(|k| shared.object_key(k)).collect();
+                let ids: Result<Vec<ObjectIdentifier>, _> = names
+                    .iter()
+                    .map(|n| ObjectIdentifier::builder().key(n).build())
+                    .collect();
+                let delete = match ids
+                    .and_then(|ids| Delete::builder().set_objects(Some(ids)).quiet(true).build())
+                {
+                    Ok(d) => d,
+                    Err(e) => return Item(Err(BackendError::io("delete", e))),
+                };
+                let res = shared
+                    .client
+                    .delete_objects()
+                    .bucket(&shared.bucket)
+                    .delete(delete)
+                    .send()
+                    .await;
+                Item(match res {
+                    Ok(out) => {
+                        // Quiet mode lists only the failures.
+                        let failed: std::collections::HashMap<&str, String> = out
+                            .errors()
+                            .iter()
+                            .filter_map(|e| {
+                                Some((e.key()?, e.message().unwrap_or("delete failed").to_owned()))
+                            })
+                            .collect();
+                        Ok(names
+                            .iter()
+                            .map(|n| match failed.get(n.as_str()) {
+                                Some(m) => Err(BackendError::io("delete", m)),
+                                None => Ok(Removed::Unknown),
+                            })
+                            .collect::<Vec<_>>())
+                    }
+                    Err(e) => Err(classify("delete", e)),
+                })
+            },
+        );
+        let sizes: Vec<usize> = keys.chunks(DELETE_BATCH).map(|c| c.len()).collect();
+        map_io(io, move |v| {
+            v.into_iter()
+                .zip(sizes)
+                .flat_map(|(Item(res), n)| match res {
+                    Ok(per_key) => per_key,
+                    Err(e) => vec![Err(e); n],
+                })
+                .collect()
+        })
+    }
+
+    fn list(
+        &mut self,
+        model: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Io<Result<KeyPage, BackendError>> {
+        let io = self.per_item(
+            "list",
+            vec![(model, cursor)],
+            move |shared, (model, cursor): (Option<String>, Option<String>)| async move {
+                Item(
+                    list_page(&shared, model.as_deref(), cursor.as_deref(), limit)
+                        .await
+                        .map(|(entries, next)| KeyPage {
+                            entries: entries.into_iter().map(|(_, k, s, _)| (k, s)).collect(),
+                            next,
+                        }),
+                )
+            },
+        );
+        map_io(io, |mut v| {
+            v.pop()
+                .map_or_else(|| Err(BackendError::io("list", "no reply")), |i| i.0)
+        })
+    }
+
+    fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
+        if !self.rebuild {
+            return None;
+        }
+        let io = self.per_item("recover", vec![()], |shared, ()| async move {
+            let mut found = Vec::new();
+            let mut cursor: Option<String> = None;
+            loop {
+                match list_page(&shared, None, cursor.as_deref(), 1000).await {
+                    Ok((entries, next)) => {
+                        found.extend(entries.into_iter().map(|(_, key, size, modified)| {
+                            Recovered {
+                                key,
+                                size,
+                                modified,
+                            }
+                        }));
+                        match next {
+                            Some(n) => cursor = Some(n),
+                            None => return Item(Ok(found)),
+                        }
+                    }
+                    Err(e) => return Item(Err(e)),
+                }
+            }
+        });
+        Some(map_io(io, |mut v| {
+            v.pop()
+                .map_or_else(|| Err(BackendError::io("recover", "no reply")), |i| i.0)
+        }))
+    }
+
+    fn observe(&mut self, what: Observed<'_>) {
+        if let Observed::Health {
+            ok,
+            connection_failures,
+        } = what
+        {
+            self.breaker.record(ok, connection_failures);
+        }
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.breaker.state == BreakerState::Closed
+    }
+
+    fn details(&self) -> serde_json::Value {
+        serde_json::json!({
+            "bucket": self.shared.bucket,
+            "endpoint": self.endpoint.endpoint_url.clone().unwrap_or_else(|| format!("aws ({})", self.region)),
+            "path_style": self.endpoint.force_path_style,
+            "key_prefix": self.shared.prefix,
+            "in_flight_bound": self.in_flight_bound,
+            "circuit_breaker": {
+                "state": self.breaker.name(),
+                "consecutive_failures": self.breaker.failures,
+                "times_opened": self.breaker.opened,
+                "fast_failures": self.breaker.fast_failures,
+                "cooldown_secs": self.breaker.cooldown.as_secs_f64(),
+            },
+        })
+    }
+
+    fn close(&mut self) {
+        if let Some(rt) = self.runtime.take() {
+            rt.shutdown_background();
+        }
+    }
+}
+
+impl Drop for S3Storage {
+    fn drop(&mut self) {
+        // A runtime must not be dropped inside another runtime's context.
+        self.close();
+    }
+}
+
+fn map_io<T: 'static, U: 'static>(io: Io<T>, f: impl FnOnce(T) -> U + 'static) -> Io<U> {
+    match io {
+        Io::Ready(v) => Io::Ready(f(v)),
+        Io::Pending(fut) => Io::pending(async move { f(fut.await) }),
+    }
+}

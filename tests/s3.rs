@@ -1,0 +1,398 @@
+//! The `s3` adapter against a real Garage server: the conformance suite, plus interop with a
+//! plain S3 client, key-prefix isolation, restart recovery and the circuit breaker.
+//!
+//! Garage is started by the tests themselves (tests/support/garage.rs); `scripts/test-all.sh`
+//! installs it.
+
+mod support;
+
+use std::time::Duration;
+
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::BytesMut;
+use kvtier::actors::backends::s3::S3Config;
+use kvtier::actors::ListKeys;
+use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
+use support::conformance::Fixture;
+use support::garage::Garage;
+use support::{key, payload, wait_until};
+
+const BUCKET: &str = "kvtier-test";
+
+/// One Garage per test; each adapter slot gets its own key prefix in the shared bucket.
+struct S3 {
+    garage: Garage,
+    run: String,
+}
+
+impl S3 {
+    fn new() -> Self {
+        let garage = Garage::start();
+        garage.create_bucket(BUCKET);
+        S3 {
+            garage,
+            run: format!("run-{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    fn config(&self) -> S3Config {
+        S3Config::for_endpoint(
+            &self.garage.s3_endpoint,
+            BUCKET,
+            &self.garage.region,
+            &self.garage.access_key_id,
+            &self.garage.secret_access_key,
+        )
+    }
+
+    /// A plain aws-sdk-s3 client: what any other S3 tool (or LMCache) would see.
+    async fn plain_client(&self) -> aws_sdk_s3::Client {
+        let creds = aws_sdk_s3::config::Credentials::new(
+            &self.garage.access_key_id,
+            &self.garage.secret_access_key,
+            None,
+            None,
+            "test",
+        );
+        let conf = aws_sdk_s3::config::Builder::new()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new(self.garage.region.clone()))
+            .credentials_provider(creds)
+            .endpoint_url(&self.garage.s3_endpoint)
+            .force_path_style(true)
+            .build();
+        aws_sdk_s3::Client::from_conf(conf)
+    }
+}
+
+impl Fixture for S3 {
+    fn adapter(&self, slot: usize) -> AdapterConfig {
+        let mut c = self.config();
+        c.s3_key_prefix = Some(format!("{}/slot{slot}", self.run));
+        AdapterConfig {
+            common: Default::default(),
+            spec: AdapterSpec::S3(c),
+        }
+    }
+}
+
+conformance_tests!(S3::new());
+
+fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
+    TierConfig {
+        adapters,
+        eviction_interval_ms: 50,
+    }
+}
+
+async fn list_names(client: &aws_sdk_s3::Client, prefix: &str) -> Vec<(String, i64)> {
+    let out = client
+        .list_objects_v2()
+        .bucket(BUCKET)
+        .prefix(prefix)
+        .send()
+        .await
+        .unwrap();
+    out.contents()
+        .iter()
+        .map(|o| (o.key().unwrap().to_owned(), o.size().unwrap()))
+        .collect()
+}
+
+#[actix_rt::test]
+async fn interop_with_a_plain_s3_client() {
+    let fx = S3::new();
+    let client = fx.plain_client().await;
+    // An object written by someone else (LMCache MP) under the seed name, at the bucket root.
+    let theirs = ObjectKey::new("llama", 255, vec![0u8, 1, 2, 3])
+        .unwrap()
+        .with_salt("user-42")
+        .unwrap();
+    client
+        .put_object()
+        .bucket(BUCKET)
+        .key("llama@000000ff@00010203@user-42")
+        .body(ByteStream::from(payload(7, 4096).to_vec()))
+        .send()
+        .await
+        .unwrap();
+    let adapter = AdapterConfig {
+        common: Default::default(),
+        spec: AdapterSpec::S3(fx.config()),
+    };
+    let tier = Tier::start(&tier_config(vec![adapter])).await.unwrap();
+    assert!(tier
+        .lookup_and_lock(vec![theirs.clone()])
+        .await
+        .unwrap()
+        .all());
+    let loaded = tier
+        .load(vec![theirs.clone()], vec![BytesMut::zeroed(4096)])
+        .await
+        .unwrap();
+    assert!(loaded.hits.all());
+    assert_eq!(&loaded.buffers[0][..], &payload(7, 4096)[..]);
+    let page = tier
+        .controller()
+        .send(ListKeys {
+            model: Some("llama".into()),
+            cursor: None,
+            page_size: 10,
+            adapter: 0,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(page.entries, vec![(theirs.clone(), 4096)]);
+    tier.unlock(vec![theirs]);
+
+    // Ours, as a plain client lists them: raw bytes under the exact names.
+    let ours = ObjectKey::new("mistral", 1, vec![0xab, 0xcd]).unwrap();
+    tier.store(vec![ours], vec![payload(8, 100)]).await.unwrap();
+    let names = list_names(&client, "mistral@").await;
+    assert_eq!(names, vec![("mistral@00000001@abcd".to_owned(), 100)]);
+    let body = client
+        .get_object()
+        .bucket(BUCKET)
+        .key("mistral@00000001@abcd")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        body.body.collect().await.unwrap().into_bytes(),
+        payload(8, 100)
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn grouped_names_and_key_prefix() {
+    let fx = S3::new();
+    let mut c = fx.config();
+    c.s3_key_prefix = Some("/kv/prod/".into());
+    let mut a = AdapterConfig {
+        common: Default::default(),
+        spec: AdapterSpec::S3(c),
+    };
+    a.common.object_name_format = kvtier::NameFormat::Grouped;
+    let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
+    let k = ObjectKey::new("llama", 255, vec![0u8, 1, 2, 3])
+        .unwrap()
+        .with_group(2);
+    tier.store(vec![k.clone()], vec![payload(1, 10)])
+        .await
+        .unwrap();
+    let client = fx.plain_client().await;
+    assert_eq!(
+        list_names(&client, "").await,
+        vec![("kv/prod/llama@000000ff@2@00010203".to_owned(), 10)]
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn key_prefixes_isolate_adapters() {
+    let fx = S3::new();
+    let a = Tier::start(&tier_config(vec![fx.adapter(0)]))
+        .await
+        .unwrap();
+    let b = Tier::start(&tier_config(vec![fx.adapter(1)]))
+        .await
+        .unwrap();
+    a.store(vec![key(1)], vec![payload(1, 64)]).await.unwrap();
+    assert!(a.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    assert!(!b.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    let page = b
+        .controller()
+        .send(ListKeys {
+            model: None,
+            cursor: None,
+            page_size: 10,
+            adapter: 0,
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(page.entries.is_empty());
+    a.unlock(vec![key(1)]);
+    a.shutdown();
+    b.shutdown();
+}
+
+#[actix_rt::test]
+async fn restart_recovers_usage_from_the_bucket() {
+    let fx = S3::new();
+    let mut a = fx.adapter(0);
+    a.common.max_capacity_gb = 1.0;
+    a.common.eviction = Some(Default::default());
+    let tier = Tier::start(&tier_config(vec![a.clone()])).await.unwrap();
+    let keys: Vec<_> = (0..5).map(key).collect();
+    tier.store(
+        keys.clone(),
+        (0..5).map(|i| payload(i, 100 + i as usize)).collect(),
+    )
+    .await
+    .unwrap();
+    let before = tier.usage().await.unwrap();
+    tier.shutdown();
+
+    let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
+    let after = tier.usage().await.unwrap();
+    assert_eq!(after, before);
+    assert_eq!(after.adapters[0].keys, 5);
+    let rep = tier
+        .store(vec![key(0)], vec![payload(0, 100)])
+        .await
+        .unwrap();
+    assert_eq!(rep.adapters[0].1.new_bytes, 0, "a recovered key is not new");
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn breaker_opens_when_the_store_dies_and_closes_when_it_returns() {
+    let mut fx = S3::new();
+    let mut c = fx.config();
+    c.circuit_breaker_cooldown_secs = 0.5;
+    c.s3_key_prefix = Some(fx.run.clone());
+    let tier = Tier::start(&tier_config(vec![AdapterConfig {
+        common: Default::default(),
+        spec: AdapterSpec::S3(c),
+    }]))
+    .await
+    .unwrap();
+    tier.store(vec![key(1), key(2)], vec![payload(1, 50), payload(2, 60)])
+        .await
+        .unwrap();
+    assert!(tier.status().await.unwrap().is_healthy());
+
+    fx.garage.stop();
+    // Connection failures: the stores fail, the process does not.
+    for i in 10..14 {
+        let rep = tier
+            .store(vec![key(i)], vec![payload(i, 10)])
+            .await
+            .unwrap();
+        assert!(!rep.success());
+    }
+    let status = tier.status().await.unwrap();
+    let breaker = &status.adapters[0].details["circuit_breaker"];
+    assert_eq!(breaker["state"], "open", "{status:?}");
+    assert!(!status.is_healthy());
+    // While open, requests fail at once, without network traffic.
+    let t = std::time::Instant::now();
+    let hits = tier.lookup_and_lock(vec![key(99)]).await.unwrap();
+    assert!(!hits.all());
+    let rep = tier
+        .store(vec![key(20)], vec![payload(20, 10)])
+        .await
+        .unwrap();
+    assert!(
+        rep.adapters[0].1.failed[0]
+            .error
+            .contains("circuit breaker open"),
+        "{rep:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(200),
+        "fast failure took {:?}",
+        t.elapsed()
+    );
+    // Loads of known keys are misses, not errors or hangs.
+    let loaded = tier
+        .load(vec![key(1)], vec![BytesMut::zeroed(50)])
+        .await
+        .unwrap();
+    assert!(!loaded.hits.all());
+
+    fx.garage.restart();
+    let healed = wait_until(20, || async {
+        tier.store(vec![key(3)], vec![payload(3, 70)])
+            .await
+            .unwrap()
+            .success()
+    })
+    .await;
+    assert!(healed, "the breaker closes after the store returns");
+    assert!(tier.status().await.unwrap().is_healthy());
+    // Usage equals what the bucket holds.
+    let client = fx.plain_client().await;
+    let listed: i64 = list_names(&client, &fx.run)
+        .await
+        .iter()
+        .map(|(_, s)| s)
+        .sum();
+    assert_eq!(
+        tier.usage().await.unwrap().adapters[0].used_bytes as i64,
+        listed
+    );
+    tier.shutdown();
+}
+
+#[test]
+fn bad_s3_configs_are_named_errors() {
+    use kvtier::config::{parse_adapter_json, ConfigError};
+    let cases = [
+        (r#"{"type": "s3", "s3_region": "us-east-1"}"#, "s3_endpoint"),
+        (r#"{"type": "s3", "s3_endpoint": "s3://b-1"}"#, "s3_region"),
+        (
+            r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "s3_prefer_http2": "true"}"#,
+            "s3_prefer_http2",
+        ),
+        (
+            r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "s3_num_io_threads": 0}"#,
+            "s3_num_io_threads",
+        ),
+        (
+            r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "aws_access_key_id": "AKIA"}"#,
+            "aws_secret_access_key",
+        ),
+        (
+            r#"{"type": "s3", "s3_endpoint": "http://127.0.0.1:3900", "s3_region": "r", "disable_tls": true}"#,
+            "s3_bucket",
+        ),
+        (
+            r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "s3_addressing_style": "dns"}"#,
+            "s3_addressing_style",
+        ),
+        (
+            r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "s3_express": true}"#,
+            "s3_express",
+        ),
+    ];
+    for (json, field) in cases {
+        match parse_adapter_json(0, json) {
+            Err(ConfigError::Adapter {
+                index: 0,
+                kind,
+                field: f,
+                ..
+            }) => {
+                assert_eq!((kind.as_str(), f.as_str()), ("s3", field), "{json}")
+            }
+            other => panic!("{json}: {other:?}"),
+        }
+    }
+    // The seed's MP example parses verbatim.
+    let seed = r#"{
+     "type": "s3",
+     "s3_endpoint": "s3://my-bucket",
+     "s3_region": "us-east-1",
+     "s3_num_io_threads": 64,
+     "s3_prefer_http2": true,
+     "s3_enable_s3express": false,
+     "disable_tls": false,
+     "max_capacity_gb": 500,
+     "eviction": {
+       "eviction_policy": "LRU",
+       "trigger_watermark": 0.85,
+       "eviction_ratio": 0.2
+     }
+   }"#;
+    let a = parse_adapter_json(0, seed).unwrap();
+    assert_eq!(a.common.max_capacity_gb, 500.0);
+    // A secret of the wrong type is reported without echoing it.
+    let err = parse_adapter_json(0, r#"{"type": "s3", "s3_endpoint": "s3://b-1", "s3_region": "r", "aws_access_key_id": "AKIA", "aws_secret_access_key": 123456789}"#)
+        .unwrap_err()
+        .to_string();
+    assert!(!err.contains("123456789"), "{err}");
+}
