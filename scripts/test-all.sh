@@ -12,6 +12,15 @@ mkdir -p "$KVTIER_TOOLS_DIR"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# Garage: the S3 server the S3 tests start (tests/support/garage.rs). Built once, ~10 minutes.
+GARAGE_VERSION=2.5.0
+GARAGE_ROOT="$KVTIER_TOOLS_DIR/garage-$GARAGE_VERSION"
+if [ ! -x "$GARAGE_ROOT/bin/garage" ]; then
+    step "install Garage $GARAGE_VERSION into $GARAGE_ROOT (once)"
+    cargo install "garage@$GARAGE_VERSION" --locked --root "$GARAGE_ROOT"
+fi
+export KVTIER_GARAGE_BIN="$GARAGE_ROOT/bin/garage"
+
 step "rustfmt"
 cargo fmt --all -- --check
 

@@ -65,6 +65,17 @@ impl S3 {
     }
 }
 
+impl S3 {
+    fn adapter_with_prefix(&self, prefix: &str) -> AdapterConfig {
+        let mut c = self.config();
+        c.s3_key_prefix = Some(prefix.to_owned());
+        AdapterConfig {
+            common: Default::default(),
+            spec: AdapterSpec::S3(c),
+        }
+    }
+}
+
 impl Fixture for S3 {
     fn adapter(&self, slot: usize) -> AdapterConfig {
         let mut c = self.config();
@@ -395,4 +406,49 @@ fn bad_s3_configs_are_named_errors() {
         .unwrap_err()
         .to_string();
     assert!(!err.contains("123456789"), "{err}");
+}
+
+#[actix_rt::test]
+async fn virtual_host_and_path_style_addressing() {
+    use actix::Actor;
+    use kvtier::actors::backends::s3::{AddressingStyle, S3Storage};
+    use kvtier::actors::{AdapterHandle, BackendActor, Controller, LookupAndLock, Store};
+
+    let fx = S3::new();
+    // Virtual host: <bucket>.s3.garage.localhost:<port>, resolved to 127.0.0.1 by the client
+    // (Garage's root_domain takes the bucket from the Host header).
+    let mut c = fx.config();
+    c.s3_endpoint = format!("http://s3.garage.localhost:{}", fx.garage.s3_port);
+    c.s3_addressing_style = Some(AddressingStyle::Virtual);
+    c.s3_key_prefix = Some(fx.run.clone());
+    let storage = S3Storage::open_resolving(&c, Default::default(), 0, Some([127, 0, 0, 1].into()))
+        .await
+        .unwrap();
+    let (arbiter, addr) = BackendActor::new(0, storage, 0, Vec::new()).spawn();
+    let controller = Controller::new(vec![AdapterHandle::new(0, "s3", &addr)]).start();
+    let rep = controller
+        .send(Store {
+            keys: vec![key(1)],
+            objects: vec![payload(1, 32)],
+        })
+        .await
+        .unwrap();
+    assert!(rep.success(), "{rep:?}");
+    // The same object through path-style addressing on the plain endpoint.
+    let path_style = Tier::start(&tier_config(vec![fx.adapter_with_prefix(&fx.run)]))
+        .await
+        .unwrap();
+    assert!(path_style
+        .lookup_and_lock(vec![key(1)])
+        .await
+        .unwrap()
+        .all());
+    // And the virtual-host client finds what it stored.
+    assert!(controller
+        .send(LookupAndLock { keys: vec![key(1)] })
+        .await
+        .unwrap()
+        .all());
+    path_style.shutdown();
+    arbiter.stop();
 }

@@ -1,6 +1,9 @@
 //! Builds the `aws-sdk-s3` client for an [`S3Config`].
 
+use std::net::IpAddr;
 use std::time::Duration;
+
+use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns};
 
 use aws_config::BehaviorVersion;
 use aws_credential_types::Credentials;
@@ -19,10 +22,23 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
 pub const MAX_ATTEMPTS: u32 = 3;
 
+/// Resolves every host name to one address (like curl's `--resolve`): for virtual-host-style
+/// requests to test servers and private endpoints without DNS entries.
+#[derive(Debug, Clone, Copy)]
+pub struct ResolveAllTo(pub IpAddr);
+
+impl ResolveDns for ResolveAllTo {
+    fn resolve_dns<'a>(&'a self, _name: &'a str) -> DnsFuture<'a> {
+        DnsFuture::ready(Ok(vec![self.0]))
+    }
+}
+
 /// Builds a client. Must run inside a tokio runtime (the default credential chain is async).
+/// `resolve_to`, when given, replaces DNS for every host.
 pub async fn build_client(
     cfg: &S3Config,
     ep: &ResolvedEndpoint,
+    resolve_to: Option<IpAddr>,
 ) -> Result<aws_sdk_s3::Client, BackendError> {
     let mut trust = TrustStore::default();
     if let Some(path) = &cfg.s3_ca_bundle {
@@ -40,8 +56,11 @@ pub async fn build_client(
     // The connector offers ALPN h2 then http/1.1 on TLS connections (s3_prefer_http2 = true).
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-        .tls_context(tls_context)
-        .build_https();
+        .tls_context(tls_context);
+    let http = match resolve_to {
+        Some(ip) => http.build_with_resolver(ResolveAllTo(ip)),
+        None => http.build_https(),
+    };
 
     let region = Region::new(cfg.s3_region.clone());
     let mut b = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {

@@ -301,12 +301,12 @@ mod tests {
             (r.bucket.as_str(), r.endpoint_url.as_deref()),
             ("test-127", Some("https://cwlota.com"))
         );
-        let mut c = cfg("s3://kv.cwlota.com");
+        let mut c = cfg("s3://kvc.cwlota.com");
         c.disable_tls = true;
         let r = c.validate().unwrap();
         assert_eq!(
             (r.bucket.as_str(), r.endpoint_url.as_deref()),
-            ("kv", Some("http://cwlota.com"))
+            ("kvc", Some("http://cwlota.com"))
         );
         let mut c = cfg("http://127.0.0.1:3900");
         c.disable_tls = true;

@@ -26,7 +26,7 @@ use aws_sdk_s3::types::{Delete, ObjectIdentifier};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
-pub use client::{build_client, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
+pub use client::{build_client, ResolveAllTo, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{AddressingStyle, ResolvedEndpoint, S3Config};
 
 use crate::key::{NameFormat, ObjectKey};
@@ -170,6 +170,17 @@ impl S3Storage {
         format: NameFormat,
         capacity_bytes: u64,
     ) -> Result<Self, BackendError> {
+        Self::open_resolving(cfg, format, capacity_bytes, None).await
+    }
+
+    /// [`S3Storage::open`], with every host name resolved to `resolve_to` when given (see
+    /// [`ResolveAllTo`]).
+    pub async fn open_resolving(
+        cfg: &S3Config,
+        format: NameFormat,
+        capacity_bytes: u64,
+        resolve_to: Option<std::net::IpAddr>,
+    ) -> Result<Self, BackendError> {
         let endpoint = cfg.validate().map_err(|e| BackendError::Invalid {
             reason: e.to_string(),
         })?;
@@ -186,7 +197,7 @@ impl S3Storage {
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
         let client = handle
-            .spawn(async move { build_client(&c, &ep).await })
+            .spawn(async move { build_client(&c, &ep, resolve_to).await })
             .await
             .map_err(|e| BackendError::io("open", e))??;
         Ok(Self {
