@@ -154,6 +154,24 @@ pub struct PhaseReport {
     pub p50_ms: f64,
     /// 99th-percentile request latency, milliseconds.
     pub p99_ms: f64,
+    /// Client CPU (user + system, every thread of this process) spent in the phase, seconds.
+    pub cpu_s: f64,
+    /// `cpu_s` per GiB moved (phases that move bytes).
+    pub cpu_s_per_gib: Option<f64>,
+}
+
+/// The raw aws-sdk-s3 baseline of an `s3` adapter: the same objects and concurrency through a
+/// plain client, no actors.
+#[derive(Debug, Clone, Serialize)]
+pub struct S3Baseline {
+    /// Plain concurrent PUTs.
+    pub put: PhaseReport,
+    /// Plain concurrent GETs (body collected into memory).
+    pub get: PhaseReport,
+    /// kvtier store GB/s ÷ raw PUT GB/s.
+    pub store_vs_raw: f64,
+    /// kvtier load GB/s ÷ raw GET GB/s.
+    pub load_vs_raw: f64,
 }
 
 /// Everything `kvtier bench --json` prints.
@@ -193,6 +211,10 @@ pub struct BenchReport {
     pub overfill_keys: usize,
     /// Final usage per adapter.
     pub usage: Vec<kvtier_actors::Usage>,
+    /// With an `s3` adapter: the raw aws-sdk-s3 baseline from the same run.
+    pub s3_baseline: Option<S3Baseline>,
+    /// Peak resident memory of the process, MiB (includes the bench's own payloads and buffers).
+    pub peak_rss_mib: f64,
     /// The adapters, secrets redacted.
     pub adapters: serde_json::Value,
 }
@@ -247,10 +269,32 @@ impl Workload {
     }
 }
 
+/// This process's user + system CPU seconds so far (all threads).
+pub fn process_cpu_secs() -> f64 {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
+}
+
+/// This process's peak resident set size, in bytes.
+pub fn peak_rss_bytes() -> u64 {
+    // SAFETY: as above.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
+        return 0;
+    }
+    ru.ru_maxrss.max(0) as u64 * 1024
+}
+
 struct Timer {
     name: &'static str,
     hist: Histogram<u64>,
     start: Instant,
+    cpu: f64,
 }
 
 impl Timer {
@@ -259,6 +303,7 @@ impl Timer {
             name,
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
             start: Instant::now(),
+            cpu: process_cpu_secs(),
         }
     }
     fn record(&mut self, d: Duration) {
@@ -266,7 +311,10 @@ impl Timer {
     }
     fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
+        let cpu_s = process_cpu_secs() - self.cpu;
         PhaseReport {
+            cpu_s,
+            cpu_s_per_gib: (bytes > 0).then(|| cpu_s / (bytes as f64 / kvtier_actors::config::GIB)),
             phase: self.name.into(),
             keys,
             bytes,
@@ -441,6 +489,30 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let _ = tier.usage().await;
     bar.finish_and_clear();
 
+    // The raw aws-sdk-s3 baseline, same objects and requests in flight.
+    let s3_baseline = match config.adapters.iter().find_map(|a| match &a.spec {
+        AdapterSpec::S3(c) => Some(c.clone()),
+        _ => None,
+    }) {
+        Some(c) => {
+            // Other payloads of the same sizes: Garage deduplicates identical blocks, which
+            // would let the baseline skip the server's writes.
+            let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce);
+            let (put, get) = raw_s3_baseline(&c, &other, opts, nonce).await?;
+            let store = phases
+                .iter()
+                .find(|p| p.phase == "store")
+                .map_or(0.0, |p| p.gbps);
+            Some(S3Baseline {
+                store_vs_raw: store / put.gbps.max(1e-12),
+                load_vs_raw: load_phase.gbps / get.gbps.max(1e-12),
+                put,
+                get,
+            })
+        }
+        None => None,
+    };
+
     // Overfill past the smallest LRU capacity so eviction runs.
     let overfill = overfill_target(&config, data_bytes, opts.chunk_size);
     if overfill > 0 {
@@ -488,10 +560,149 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         baseline_read_gbps: baseline,
         load_vs_baseline: baseline.map(|b| load_phase.gbps / b),
         overfill_keys: overfill,
+        s3_baseline,
+        peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         phases,
         usage,
         adapters: adapters_json,
     })
+}
+
+/// Plain concurrent PUTs then GETs of the workload's payloads through an aws-sdk-s3 client
+/// built exactly like the adapter's, on a runtime with the same number of threads, in the
+/// pipeline's shape (`concurrency` batches of `batch` requests in flight), with no actors.
+async fn raw_s3_baseline(
+    cfg: &kvtier_actors::backends::s3::S3Config,
+    work: &Workload,
+    opts: BenchOptions,
+    nonce: u64,
+) -> Result<(PhaseReport, PhaseReport), String> {
+    use kvtier_actors::backends::s3::build_client;
+    let ep = cfg.validate().map_err(|e| e.to_string())?;
+    let threads = cfg
+        .s3_num_io_threads
+        .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (c, e) = (cfg.clone(), ep.clone());
+    let client = rt
+        .spawn(async move { build_client(&c, &e, None).await })
+        .await
+        .map_err(|e| e.to_string())?
+        .map_err(|e| e.to_string())?;
+    let names: Vec<String> = (0..work.keys.len())
+        .map(|i| format!("{}raw-baseline-{nonce:016x}/{i}", cfg.key_prefix()))
+        .collect();
+    let bucket = ep.bucket.clone();
+
+    // Same shape as the pipeline: `concurrency` batches in flight, each `batch` requests.
+    let batches: Vec<std::ops::Range<usize>> = (0..names.len())
+        .step_by(opts.batch)
+        .map(|s| s..(s + opts.batch).min(names.len()))
+        .collect();
+
+    let mut timer = Timer::new("raw_put");
+    let puts: Vec<(Duration, usize)> = stream::iter(batches.iter().cloned())
+        .map(|r| {
+            let tasks: Vec<_> = r
+                .map(|i| {
+                    let (client, bucket) = (client.clone(), bucket.clone());
+                    let (name, data) = (names[i].clone(), work.payloads[i].clone());
+                    rt.spawn(async move {
+                        client
+                            .put_object()
+                            .bucket(bucket)
+                            .key(name)
+                            .body(aws_sdk_s3::primitives::ByteStream::from(data))
+                            .send()
+                            .await
+                            .is_ok()
+                    })
+                })
+                .collect();
+            async move {
+                let t = Instant::now();
+                let ok = futures_util::future::join_all(tasks)
+                    .await
+                    .into_iter()
+                    .filter(|r| matches!(r, Ok(true)))
+                    .count();
+                (t.elapsed(), ok)
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .collect()
+        .await;
+    let ok: usize = puts.iter().map(|(_, n)| n).sum();
+    puts.iter().for_each(|(d, _)| timer.record(*d));
+    let put = timer.finish(work.keys.len(), (ok * opts.chunk_size) as u64);
+
+    let mut timer = Timer::new("raw_get");
+    let gets: Vec<(Duration, usize)> = stream::iter(batches.iter().cloned())
+        .map(|r| {
+            let tasks: Vec<_> = r
+                .map(|i| {
+                    let (client, bucket, name) = (client.clone(), bucket.clone(), names[i].clone());
+                    rt.spawn(async move {
+                        match client.get_object().bucket(bucket).key(name).send().await {
+                            Ok(r) => r.body.collect().await.map_or(0, |b| b.into_bytes().len()),
+                            Err(_) => 0,
+                        }
+                    })
+                })
+                .collect();
+            async move {
+                let t = Instant::now();
+                let n: usize = futures_util::future::join_all(tasks)
+                    .await
+                    .into_iter()
+                    .map(|r| r.unwrap_or(0))
+                    .sum();
+                (t.elapsed(), n)
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .collect()
+        .await;
+    let bytes: usize = gets.iter().map(|(_, n)| n).sum();
+    gets.iter().for_each(|(d, _)| timer.record(*d));
+    let get = timer.finish(work.keys.len(), bytes as u64);
+
+    // Clean up the baseline's objects.
+    for chunk in names.chunks(1000) {
+        let ids: Vec<_> = chunk
+            .iter()
+            .filter_map(|n| {
+                aws_sdk_s3::types::ObjectIdentifier::builder()
+                    .key(n)
+                    .build()
+                    .ok()
+            })
+            .collect();
+        if let Ok(d) = aws_sdk_s3::types::Delete::builder()
+            .set_objects(Some(ids))
+            .quiet(true)
+            .build()
+        {
+            let (client, bucket) = (client.clone(), bucket.clone());
+            let _ = rt
+                .spawn(async move {
+                    client
+                        .delete_objects()
+                        .bucket(bucket)
+                        .delete(d)
+                        .send()
+                        .await
+                })
+                .await;
+        }
+    }
+    rt.shutdown_background();
+    Ok((put, get))
 }
 
 async fn store_phase(
@@ -628,6 +839,29 @@ fn print_table(r: &BenchReport) {
             p.phase, p.keys, p.gbps, p.keys_per_s, p.p50_ms, p.p99_ms
         );
     }
+    if let Some(b) = &r.s3_baseline {
+        for p in [&b.put, &b.get] {
+            println!(
+                "{:<9} {:>7} {:>12.3} {:>14.0} {:>10.3} {:>10.3}",
+                p.phase, p.keys, p.gbps, p.keys_per_s, p.p50_ms, p.p99_ms
+            );
+        }
+        println!(
+            "vs raw aws-sdk-s3: store {:.2}x, load {:.2}x",
+            b.store_vs_raw, b.load_vs_raw
+        );
+    }
+    println!("client CPU s/GiB:");
+    for p in r
+        .phases
+        .iter()
+        .chain(r.s3_baseline.iter().flat_map(|b| [&b.put, &b.get]))
+    {
+        if let Some(c) = p.cpu_s_per_gib {
+            println!("  {:<9} {c:.3}", p.phase);
+        }
+    }
+    println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
     if let (Some(b), Some(ratio)) = (r.baseline_read_gbps, r.load_vs_baseline) {
         println!("plain read loop over the same files: {b:.3} GB/s; load / plain = {ratio:.2}");
     }
