@@ -51,6 +51,12 @@ pub struct BenchArgs {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// Streaming mode, to measure memory: payloads are generated per batch and buffers exist
+    /// only while their batch is in flight, so peak RSS can be compared with the bytes in flight.
+    /// Generation and verification then run inside the timed phases, and the baselines are
+    /// skipped.
+    #[arg(long)]
+    pub stream: bool,
 }
 
 /// Validated bench parameters.
@@ -68,6 +74,8 @@ pub struct BenchOptions {
     pub json: bool,
     /// Draw a progress bar (on a terminal).
     pub progress: bool,
+    /// Streaming mode (see [`BenchArgs::stream`]).
+    pub stream: bool,
 }
 
 impl TryFrom<&BenchArgs> for BenchOptions {
@@ -99,6 +107,7 @@ impl TryFrom<&BenchArgs> for BenchOptions {
             concurrency: a.concurrency,
             json: a.json,
             progress: !a.json,
+            stream: a.stream,
         })
     }
 }
@@ -158,6 +167,8 @@ pub struct PhaseReport {
     pub cpu_s: f64,
     /// `cpu_s` per GiB moved (phases that move bytes).
     pub cpu_s_per_gib: Option<f64>,
+    /// The process's peak RSS so far, at the end of the phase, MiB.
+    pub peak_rss_mib: f64,
 }
 
 /// The raw aws-sdk-s3 baseline of an `s3` adapter: the same objects and concurrency through a
@@ -213,8 +224,13 @@ pub struct BenchReport {
     pub usage: Vec<kvtier_actors::Usage>,
     /// With an `s3` adapter: the raw aws-sdk-s3 baseline from the same run.
     pub s3_baseline: Option<S3Baseline>,
-    /// Peak resident memory of the process, MiB (includes the bench's own payloads and buffers).
+    /// Peak resident memory of the process, MiB (includes the bench's own payloads and buffers
+    /// unless `stream` is set).
     pub peak_rss_mib: f64,
+    /// Streaming mode: payloads and buffers exist only while in flight.
+    pub stream: bool,
+    /// Payload bytes the pipeline can hold in flight: `concurrency × batch × chunk_size`.
+    pub bytes_in_flight_mib: f64,
     /// The adapters, secrets redacted.
     pub adapters: serde_json::Value,
 }
@@ -243,29 +259,77 @@ pub async fn run_cli(config: TierConfig, opts: BenchOptions) -> i32 {
 
 struct Workload {
     keys: Vec<ObjectKey>,
+    /// Pre-generated payloads; empty in streaming mode, where each is generated when needed.
     payloads: Vec<Bytes>,
+    start: usize,
+    size: usize,
+    nonce: u64,
 }
 
 impl Workload {
-    fn new(start: usize, n: usize, size: usize, nonce: u64) -> Self {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(nonce ^ start as u64);
-        let mut keys = Vec::with_capacity(n);
-        let mut payloads = Vec::with_capacity(n);
-        for i in start..start + n {
-            let mut hash = Vec::with_capacity(16);
-            hash.extend_from_slice(&nonce.to_be_bytes());
-            hash.extend_from_slice(&(i as u64).to_be_bytes());
-            let mut key = ObjectKey::new(MODELS[i % MODELS.len()], (i as u32 / 3) % RANKS, hash)
-                .expect("bench keys are valid");
-            if let Some(salt) = SALTS[(i / 12) % SALTS.len()] {
-                key = key.with_salt(salt).expect("bench salts are valid");
-            }
-            keys.push(key);
-            let mut data = vec![0u8; size];
-            rng.fill_bytes(&mut data);
-            payloads.push(Bytes::from(data));
+    fn new(start: usize, n: usize, size: usize, nonce: u64, eager: bool) -> Self {
+        let keys = (start..start + n)
+            .map(|i| {
+                let mut hash = Vec::with_capacity(16);
+                hash.extend_from_slice(&nonce.to_be_bytes());
+                hash.extend_from_slice(&(i as u64).to_be_bytes());
+                let key = ObjectKey::new(MODELS[i % MODELS.len()], (i as u32 / 3) % RANKS, hash)
+                    .expect("bench keys are valid");
+                match SALTS[(i / 12) % SALTS.len()] {
+                    Some(salt) => key.with_salt(salt).expect("bench salts are valid"),
+                    None => key,
+                }
+            })
+            .collect();
+        let mut w = Self {
+            keys,
+            payloads: Vec::new(),
+            start,
+            size,
+            nonce,
+        };
+        if eager {
+            w.payloads = (start..start + n).map(|i| w.generate(i)).collect();
         }
-        Self { keys, payloads }
+        w
+    }
+
+    /// Distinct random bytes for chunk `i` (Garage deduplicates identical blocks).
+    fn generate(&self, i: usize) -> Bytes {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(
+            self.nonce ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let mut data = vec![0u8; self.size];
+        rng.fill_bytes(&mut data);
+        Bytes::from(data)
+    }
+
+    /// Whether `buf` holds chunk `i`'s payload, regenerated 64 KiB at a time (no chunk-sized
+    /// allocation, so streaming mode's memory stays at the bytes in flight).
+    fn matches(&self, i: usize, buf: &[u8]) -> bool {
+        if let Some(b) = self.payloads.get(i - self.start) {
+            return b[..] == buf[..];
+        }
+        if buf.len() != self.size {
+            return false;
+        }
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(
+            self.nonce ^ (i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        );
+        let mut block = [0u8; 64 * 1024];
+        buf.chunks(block.len()).all(|part| {
+            let want = &mut block[..part.len()];
+            rng.fill_bytes(want);
+            want == part
+        })
+    }
+
+    /// The payload of chunk `i` (absolute index).
+    fn payload(&self, i: usize) -> Bytes {
+        match self.payloads.get(i - self.start) {
+            Some(b) => b.clone(),
+            None => self.generate(i),
+        }
     }
 }
 
@@ -313,6 +377,7 @@ impl Timer {
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let cpu_s = process_cpu_secs() - self.cpu;
         PhaseReport {
+            peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
             cpu_s,
             cpu_s_per_gib: (bytes > 0).then(|| cpu_s / (bytes as f64 / kvtier_actors::config::GIB)),
             phase: self.name.into(),
@@ -347,7 +412,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let adapters_json = config.to_redacted_json()["adapters"].clone();
     let tier = Tier::start(&config).await.map_err(|e| e.to_string())?;
     let nonce: u64 = rand::random();
-    let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce);
+    let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, !opts.stream);
     let batches: Vec<std::ops::Range<usize>> = (0..opts.chunks)
         .step_by(opts.batch)
         .map(|s| s..(s + opts.batch).min(opts.chunks))
@@ -401,7 +466,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         AdapterSpec::Fs(c) => Some((c.base_path.clone(), a.common.object_name_format)),
         _ => None,
     });
-    let paths: Option<Vec<PathBuf>> = fs_dir.map(|(dir, fmt)| {
+    let paths: Option<Vec<PathBuf>> = fs_dir.filter(|_| !opts.stream).map(|(dir, fmt)| {
         work.keys
             .iter()
             .zip(&locked)
@@ -409,73 +474,25 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             .map(|(k, _)| dir.join(file_name(k, fmt)))
             .collect()
     });
-    // Caller buffers, pre-faulted so no phase pays for page faults.
-    let mut buffers: Vec<Vec<BytesMut>> = batches
-        .iter()
-        .map(|r| {
-            r.clone()
-                .map(|_| {
-                    let mut b = BytesMut::zeroed(opts.chunk_size);
-                    b.fill(0xA5);
-                    b
-                })
-                .collect()
-        })
-        .collect();
     let mut baselines = Vec::new();
-    if let Some(p) = &paths {
-        baselines.push(plain_read_loop(p, &mut buffers));
-    }
-
-    // Load into the caller buffers, then verify.
-    let mut timer = Timer::new("load");
-    let loaded: Vec<(
-        std::ops::Range<usize>,
-        Result<kvtier_actors::LoadReport, String>,
-        Duration,
-    )> = stream::iter(batches.iter().cloned().zip(buffers.drain(..)))
-        .map(|(r, bufs)| {
-            let keys = work.keys[r.clone()].to_vec();
-            let tier = &tier;
-            async move {
-                let t = Instant::now();
-                let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
-                (r, res, t.elapsed())
-            }
-        })
-        .buffer_unordered(opts.concurrency)
-        .inspect(|(r, _, _)| bar.inc(r.len() as u64))
-        .collect()
-        .await;
-    // Stop the clock before verifying: comparing bytes is the bench's work, not the tier's.
-    for (_, _, d) in &loaded {
-        timer.record(*d);
-    }
-    let load_hits: usize = loaded
-        .iter()
-        .filter_map(|(_, res, _)| res.as_ref().ok())
-        .map(|rep| rep.hits.count_ones())
-        .sum();
-    let load_phase = timer.finish(opts.chunks, (load_hits * opts.chunk_size) as u64);
-    let mut mismatched = 0usize;
-    for (r, res, _) in &loaded {
-        match res {
-            Ok(rep) => {
-                for ((i, hit), buf) in r.clone().zip(rep.hits.iter()).zip(&rep.buffers) {
-                    if hit && buf[..] != work.payloads[i][..] {
-                        mismatched += 1;
-                    } else if !hit && locked[i] {
-                        errors += 1;
-                    }
-                }
-            }
-            Err(_) => errors += r.len() as u64,
-        }
-    }
-    let mut buffers: Vec<Vec<BytesMut>> = loaded
-        .into_iter()
-        .filter_map(|(_, res, _)| res.ok().map(|r| r.buffers))
-        .collect();
+    let (load_phase, load_hits, mismatched, missed_locked, mut buffers) = if opts.stream {
+        let (phase, hits, mismatched, missed) =
+            stream_load(&tier, &work, &batches, &locked, opts, &bar).await;
+        (phase, hits, mismatched, missed, Vec::new())
+    } else {
+        retained_load(
+            &tier,
+            &work,
+            &batches,
+            &locked,
+            opts,
+            &bar,
+            paths.as_deref(),
+            &mut baselines,
+        )
+        .await
+    };
+    errors += missed_locked;
     if let Some(p) = &paths {
         baselines.push(plain_read_loop(p, &mut buffers));
     }
@@ -491,13 +508,13 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
 
     // The raw aws-sdk-s3 baseline, same objects and requests in flight.
     let s3_baseline = match config.adapters.iter().find_map(|a| match &a.spec {
-        AdapterSpec::S3(c) => Some(c.clone()),
+        AdapterSpec::S3(c) if !opts.stream => Some(c.clone()),
         _ => None,
     }) {
         Some(c) => {
             // Other payloads of the same sizes: Garage deduplicates identical blocks, which
             // would let the baseline skip the server's writes.
-            let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce);
+            let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce, true);
             let (put, get) = raw_s3_baseline(&c, &other, opts, nonce).await?;
             let store = phases
                 .iter()
@@ -516,7 +533,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     // Overfill past the smallest LRU capacity so eviction runs.
     let overfill = overfill_target(&config, data_bytes, opts.chunk_size);
     if overfill > 0 {
-        let extra = Workload::new(opts.chunks, overfill, opts.chunk_size, nonce);
+        let extra = Workload::new(opts.chunks, overfill, opts.chunk_size, nonce, !opts.stream);
         let extra_batches: Vec<std::ops::Range<usize>> = (0..overfill)
             .step_by(opts.batch)
             .map(|s| s..(s + opts.batch).min(overfill))
@@ -562,10 +579,156 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         overfill_keys: overfill,
         s3_baseline,
         peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
+        stream: opts.stream,
+        bytes_in_flight_mib: (opts.concurrency * opts.batch * opts.chunk_size) as f64
+            / (1024.0 * 1024.0),
         phases,
         usage,
         adapters: adapters_json,
     })
+}
+
+type Loaded = (
+    std::ops::Range<usize>,
+    Result<kvtier_actors::LoadReport, String>,
+    Duration,
+);
+
+/// The load phase with every buffer allocated and pre-faulted up front and kept for
+/// verification after the clock stops (and for the plain-read baseline, run before it).
+#[allow(clippy::too_many_arguments)]
+async fn retained_load(
+    tier: &Tier,
+    work: &Workload,
+    batches: &[std::ops::Range<usize>],
+    locked: &[bool],
+    opts: BenchOptions,
+    bar: &ProgressBar,
+    paths: Option<&[PathBuf]>,
+    baselines: &mut Vec<f64>,
+) -> (PhaseReport, usize, usize, u64, Vec<Vec<BytesMut>>) {
+    // Caller buffers, pre-faulted so no phase pays for page faults.
+    let mut buffers: Vec<Vec<BytesMut>> = batches
+        .iter()
+        .map(|r| {
+            r.clone()
+                .map(|_| {
+                    let mut b = BytesMut::zeroed(opts.chunk_size);
+                    b.fill(0xA5);
+                    b
+                })
+                .collect()
+        })
+        .collect();
+    if let Some(p) = paths {
+        baselines.push(plain_read_loop(p, &mut buffers));
+    }
+
+    // Load into the caller buffers, then verify.
+    let mut timer = Timer::new("load");
+    let loaded: Vec<Loaded> = stream::iter(batches.iter().cloned().zip(buffers.drain(..)))
+        .map(|(r, bufs)| {
+            let keys = work.keys[r.clone()].to_vec();
+
+            async move {
+                let t = Instant::now();
+                let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
+                (r, res, t.elapsed())
+            }
+        })
+        .buffer_unordered(opts.concurrency)
+        .inspect(|(r, _, _)| bar.inc(r.len() as u64))
+        .collect()
+        .await;
+    // Stop the clock before verifying: comparing bytes is the bench's work, not the tier's.
+    for (_, _, d) in &loaded {
+        timer.record(*d);
+    }
+    let load_hits: usize = loaded
+        .iter()
+        .filter_map(|(_, res, _)| res.as_ref().ok())
+        .map(|rep| rep.hits.count_ones())
+        .sum();
+    let load_phase = timer.finish(opts.chunks, (load_hits * opts.chunk_size) as u64);
+    let mut mismatched = 0usize;
+    let mut missed_locked = 0u64;
+    for (r, res, _) in &loaded {
+        match res {
+            Ok(rep) => {
+                for ((i, hit), buf) in r.clone().zip(rep.hits.iter()).zip(&rep.buffers) {
+                    if hit && !work.matches(i, buf) {
+                        mismatched += 1;
+                    } else if !hit && locked[i] {
+                        missed_locked += 1;
+                    }
+                }
+            }
+            Err(_) => missed_locked += r.len() as u64,
+        }
+    }
+    let buffers = loaded
+        .into_iter()
+        .filter_map(|(_, res, _)| res.ok().map(|r| r.buffers))
+        .collect();
+    (load_phase, load_hits, mismatched, missed_locked, buffers)
+}
+
+/// The load phase in streaming mode: each batch allocates its buffers when it starts and
+/// verifies and drops them when it ends.
+async fn stream_load(
+    tier: &Tier,
+    work: &Workload,
+    batches: &[std::ops::Range<usize>],
+    locked: &[bool],
+    opts: BenchOptions,
+    bar: &ProgressBar,
+) -> (PhaseReport, usize, usize, u64) {
+    let mut timer = Timer::new("load");
+    let results: Vec<(usize, usize, u64, Duration)> = stream::iter(batches.iter().cloned())
+        .map(|r| async move {
+            let keys = work.keys[r.clone()].to_vec();
+            let bufs = r
+                .clone()
+                .map(|_| BytesMut::zeroed(opts.chunk_size))
+                .collect();
+            let t = Instant::now();
+            let res = tier.load(keys, bufs).await;
+            let d = t.elapsed();
+            let (mut hits, mut bad, mut missed) = (0, 0, 0);
+            match res {
+                Ok(rep) => {
+                    for ((i, hit), buf) in r.clone().zip(rep.hits.iter()).zip(&rep.buffers) {
+                        if hit {
+                            hits += 1;
+                            if !work.matches(i, buf) {
+                                bad += 1;
+                            }
+                        } else if locked[i] {
+                            missed += 1;
+                        }
+                    }
+                }
+                Err(_) => missed += r.len() as u64,
+            }
+            (hits, bad, missed, d)
+        })
+        .buffer_unordered(opts.concurrency)
+        .inspect(|(h, _, m, _)| bar.inc(*h as u64 + *m))
+        .collect()
+        .await;
+    let (mut hits, mut bad, mut missed) = (0, 0, 0);
+    for (h, b, m, d) in &results {
+        timer.record(*d);
+        hits += h;
+        bad += b;
+        missed += m;
+    }
+    (
+        timer.finish(opts.chunks, (hits * opts.chunk_size) as u64),
+        hits,
+        bad,
+        missed,
+    )
 }
 
 /// Plain concurrent PUTs then GETs of the workload's payloads through an aws-sdk-s3 client
@@ -611,7 +774,7 @@ async fn raw_s3_baseline(
             let tasks: Vec<_> = r
                 .map(|i| {
                     let (client, bucket) = (client.clone(), bucket.clone());
-                    let (name, data) = (names[i].clone(), work.payloads[i].clone());
+                    let (name, data) = (names[i].clone(), work.payload(i));
                     rt.spawn(async move {
                         client
                             .put_object()
@@ -716,7 +879,7 @@ async fn store_phase(
     let results: Vec<(usize, u64, Duration)> = stream::iter(batches.iter().cloned())
         .map(|r| {
             let keys = work.keys[r.clone()].to_vec();
-            let objects = work.payloads[r.clone()].to_vec();
+            let objects: Vec<Bytes> = r.clone().map(|i| work.payload(i)).collect();
             async move {
                 let t = Instant::now();
                 let failed = match tier.store(keys, objects).await {
