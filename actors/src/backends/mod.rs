@@ -5,5 +5,6 @@
 //! [`BackendActor`](crate::BackendActor); its `config.rs` holds its specific fields.
 
 pub mod fs;
+pub mod hfbucket;
 pub mod memory;
 pub mod s3;

@@ -1,0 +1,294 @@
+//! Configuration of the `hfbucket` adapter: the fields of LMCache's `hfbucket` L2 adapter
+//! (`hfbucket.rst`), plus `hf_endpoint` and `rebuild_index_on_start`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::{FieldError, Secret};
+
+/// The public Hub, used when neither `hf_endpoint` nor `HF_ENDPOINT` is set.
+pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
+const HANDLE_SCHEME: &str = "hf://buckets/";
+
+/// `type = "hfbucket"`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HfBucketConfig {
+    /// `hf://buckets/<namespace>/<bucket>[/<prefix>]`, required.
+    pub bucket_handle: String,
+    /// Environment variable holding the token (default `"HF_TOKEN"`); used when it is set and
+    /// non-empty.
+    #[serde(default = "default_token_env")]
+    pub token_env: String,
+    /// Token used when the `token_env` variable is unset or empty.
+    #[serde(default)]
+    pub token: Option<Secret>,
+    /// Create the bucket on the first store if it does not exist (default false).
+    #[serde(default)]
+    pub create_bucket_if_missing: bool,
+    /// Root directory for temporary load downloads (default: the system temp directory).
+    #[serde(default)]
+    pub download_tmp_dir: Option<PathBuf>,
+    /// TTL of the path-size metadata cache behind lookups, seconds (default 30; 0 disables).
+    #[serde(default = "default_ttl")]
+    pub metadata_cache_ttl_secs: f64,
+    /// Worker threads for blocking Hub calls (default 4).
+    #[serde(default = "default_workers")]
+    pub num_workers: usize,
+    /// Hub base URL (default: the `HF_ENDPOINT` variable, else `https://huggingface.co`).
+    #[serde(default)]
+    pub hf_endpoint: Option<String>,
+    /// List the bucket at start to rebuild usage and LRU order; default true when
+    /// `max_capacity_gb > 0`.
+    #[serde(default)]
+    pub rebuild_index_on_start: Option<bool>,
+}
+
+fn default_token_env() -> String {
+    "HF_TOKEN".into()
+}
+fn default_ttl() -> f64 {
+    30.0
+}
+fn default_workers() -> usize {
+    4
+}
+
+/// A parsed bucket handle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BucketHandle {
+    /// The owner (user or organisation).
+    pub namespace: String,
+    /// The bucket name.
+    pub bucket: String,
+    /// Path prefix inside the bucket, without leading or trailing `/` (`None`: the root).
+    pub prefix: Option<String>,
+}
+
+impl BucketHandle {
+    /// Parses `hf://buckets/<ns>/<bucket>[/<prefix>]`: whitespace trimmed, empty segments
+    /// dropped, at least a namespace and a bucket.
+    pub fn parse(handle: &str) -> Result<Self, String> {
+        let h = handle.trim();
+        let rest = h
+            .strip_prefix(HANDLE_SCHEME)
+            .ok_or_else(|| format!("{h:?} must start with {HANDLE_SCHEME:?}"))?;
+        let segs: Vec<&str> = rest
+            .split('/')
+            .map(str::trim)
+            .filter(|s| !s.is_empty())
+            .collect();
+        if segs.len() < 2 {
+            return Err(format!(
+                "{h:?} must name a namespace and a bucket: hf://buckets/<namespace>/<bucket>[/<prefix>]"
+            ));
+        }
+        for s in &segs {
+            if *s == "." || *s == ".." {
+                return Err(format!("{h:?} must not contain '.' or '..' segments"));
+            }
+        }
+        Ok(Self {
+            namespace: segs[0].to_owned(),
+            bucket: segs[1].to_owned(),
+            prefix: (segs.len() > 2).then(|| segs[2..].join("/")),
+        })
+    }
+
+    /// `<namespace>/<bucket>`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.namespace, self.bucket)
+    }
+
+    /// The path of an object: the prefix, one `/`, then the percent-encoded object name.
+    pub fn object_path(&self, object_name: &str) -> String {
+        let encoded = crate::key::hf_encode(object_name);
+        match &self.prefix {
+            Some(p) => format!("{p}/{encoded}"),
+            None => encoded,
+        }
+    }
+}
+
+impl HfBucketConfig {
+    /// A config for a handle with every default.
+    pub fn new(bucket_handle: impl Into<String>) -> Self {
+        Self {
+            bucket_handle: bucket_handle.into(),
+            token_env: default_token_env(),
+            token: None,
+            create_bucket_if_missing: false,
+            download_tmp_dir: None,
+            metadata_cache_ttl_secs: default_ttl(),
+            num_workers: default_workers(),
+            hf_endpoint: None,
+            rebuild_index_on_start: None,
+        }
+    }
+
+    /// Checks every field and parses the handle.
+    pub fn validate(&self) -> Result<BucketHandle, FieldError> {
+        let handle = BucketHandle::parse(&self.bucket_handle)
+            .map_err(|m| FieldError::new("bucket_handle", m))?;
+        let t = self.metadata_cache_ttl_secs;
+        if !(t.is_finite() && t >= 0.0) {
+            return Err(FieldError::new(
+                "metadata_cache_ttl_secs",
+                format!("must be a finite number >= 0, got {t}"),
+            ));
+        }
+        if !(1..=1024).contains(&self.num_workers) {
+            return Err(FieldError::new(
+                "num_workers",
+                format!("must be between 1 and 1024, got {}", self.num_workers),
+            ));
+        }
+        if let Some(e) = &self.hf_endpoint {
+            if !(e.starts_with("http://") || e.starts_with("https://")) {
+                return Err(FieldError::new(
+                    "hf_endpoint",
+                    format!("{e:?} must be an http:// or https:// URL"),
+                ));
+            }
+        }
+        Ok(handle)
+    }
+
+    /// The token: the `token_env` variable when set and non-empty, else `token`. `env` looks a
+    /// variable up (the process environment in production).
+    pub fn resolve_token(&self, env: impl Fn(&str) -> Option<String>) -> Option<Secret> {
+        match env(&self.token_env) {
+            Some(v) if !v.trim().is_empty() => Some(Secret::new(v.trim())),
+            _ => self.token.clone(),
+        }
+    }
+
+    /// The Hub base URL: `hf_endpoint`, else `HF_ENDPOINT` from `env`, else the public Hub.
+    pub fn resolve_endpoint(&self, env: impl Fn(&str) -> Option<String>) -> String {
+        self.hf_endpoint
+            .clone()
+            .or_else(|| env("HF_ENDPOINT").filter(|e| !e.trim().is_empty()))
+            .unwrap_or_else(|| DEFAULT_HF_ENDPOINT.to_owned())
+            .trim_end_matches('/')
+            .to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn handles() {
+        let ok = [
+            (
+                "hf://buckets/my-org/lmcache-kv",
+                "my-org",
+                "lmcache-kv",
+                None,
+            ),
+            (
+                "hf://buckets/my-org/lmcache-kv/prod",
+                "my-org",
+                "lmcache-kv",
+                Some("prod"),
+            ),
+            (
+                "  hf://buckets/my-org/kv/a/b/  ",
+                "my-org",
+                "kv",
+                Some("a/b"),
+            ),
+            ("hf://buckets//my-org//kv//p//", "my-org", "kv", Some("p")),
+        ];
+        for (h, ns, b, p) in ok {
+            let parsed = BucketHandle::parse(h).unwrap();
+            assert_eq!(
+                (
+                    parsed.namespace.as_str(),
+                    parsed.bucket.as_str(),
+                    parsed.prefix.as_deref()
+                ),
+                (ns, b, p),
+                "{h}"
+            );
+        }
+        for bad in [
+            "",
+            "hf://buckets/",
+            "hf://buckets/only-ns",
+            "hf://buckets//ns/",
+            "hf://models/org/repo",
+            "s3://bucket",
+            "buckets/org/b",
+            "hf://buckets/org/b/../x",
+        ] {
+            assert!(BucketHandle::parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn object_paths() {
+        let h = BucketHandle::parse("hf://buckets/o/b/prod").unwrap();
+        assert_eq!(
+            h.object_path("llama@000000ff@00010203"),
+            "prod/llama%40000000ff%4000010203"
+        );
+        let h = BucketHandle::parse("hf://buckets/o/b").unwrap();
+        assert_eq!(h.object_path("m/x@00000000@ab"), "m%2Fx%4000000000%40ab");
+        assert_eq!(h.id(), "o/b");
+    }
+
+    #[test]
+    fn token_precedence() {
+        let mut c = HfBucketConfig::new("hf://buckets/o/b");
+        let env = |v: Option<&'static str>| {
+            move |name: &str| (name == "HF_TOKEN").then(|| v.map(str::to_owned)).flatten()
+        };
+        assert_eq!(c.resolve_token(env(None)), None);
+        c.token = Some(Secret::new("from-config"));
+        assert_eq!(c.resolve_token(env(None)).unwrap().expose(), "from-config");
+        assert_eq!(
+            c.resolve_token(env(Some(""))).unwrap().expose(),
+            "from-config",
+            "empty variable is unset"
+        );
+        assert_eq!(
+            c.resolve_token(env(Some("from-env"))).unwrap().expose(),
+            "from-env"
+        );
+        c.token_env = "OTHER".into();
+        assert_eq!(
+            c.resolve_token(env(Some("from-env"))).unwrap().expose(),
+            "from-config"
+        );
+    }
+
+    #[test]
+    fn endpoint_precedence_and_validation() {
+        let mut c = HfBucketConfig::new("hf://buckets/o/b");
+        assert_eq!(c.resolve_endpoint(|_| None), DEFAULT_HF_ENDPOINT);
+        assert_eq!(
+            c.resolve_endpoint(|_| Some("http://127.0.0.1:9/".into())),
+            "http://127.0.0.1:9"
+        );
+        c.hf_endpoint = Some("http://hub.local".into());
+        assert_eq!(
+            c.resolve_endpoint(|_| Some("http://other".into())),
+            "http://hub.local"
+        );
+        c.hf_endpoint = Some("hub.local".into());
+        assert_eq!(c.validate().unwrap_err().field, "hf_endpoint");
+        let mut c = HfBucketConfig::new("hf://buckets/o/b");
+        c.num_workers = 0;
+        assert_eq!(c.validate().unwrap_err().field, "num_workers");
+        c.num_workers = 4;
+        c.metadata_cache_ttl_secs = -1.0;
+        assert_eq!(c.validate().unwrap_err().field, "metadata_cache_ttl_secs");
+        c.metadata_cache_ttl_secs = 0.0;
+        assert!(c.validate().is_ok());
+        let c = HfBucketConfig::new("hf://buckets/o");
+        assert_eq!(c.validate().unwrap_err().field, "bucket_handle");
+    }
+}

@@ -1,0 +1,367 @@
+//! A blocking client for the Hugging Face Hub's bucket routes, on `ureq`. Every call runs on
+//! the adapter's worker pool, never on an arbiter. Requests answered 408, 429 or 5xx are
+//! retried with backoff, honouring `Retry-After`.
+
+use std::collections::HashMap;
+use std::io::Read;
+use std::thread::sleep;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::config::BucketHandle;
+use crate::config::Secret;
+use crate::key::hf_encode;
+use crate::storage::{BackendError, Fetched};
+
+/// Most paths per `paths-info` request and lines per `batch` request.
+pub const MAX_PER_REQUEST: usize = 1000;
+/// Attempts for a request answered 408, 429 or 5xx, or that failed to connect.
+pub const MAX_ATTEMPTS: u32 = 5;
+/// Longest wait between attempts, whatever `Retry-After` says.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// One entry of a listing or `paths-info` reply.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct Entry {
+    /// `file` or `directory`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// Path inside the bucket.
+    pub path: String,
+    /// Size in bytes (files).
+    #[serde(default)]
+    pub size: u64,
+}
+
+/// A `batch` reply.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct BatchReply {
+    /// Lines that failed, with their errors.
+    #[serde(default)]
+    pub failed: Vec<BatchFailure>,
+}
+
+/// One failed line of a batch.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BatchFailure {
+    /// Its path.
+    pub path: String,
+    /// Why.
+    #[serde(default)]
+    pub error: String,
+}
+
+/// A Xet token from `xet-write-token` / `xet-read-token`.
+#[derive(Debug, Clone, Deserialize)]
+pub struct XetToken {
+    /// The CAS access token.
+    #[serde(rename = "accessToken")]
+    pub access_token: Secret,
+    /// Expiry, seconds since the epoch.
+    pub exp: u64,
+    /// The CAS base URL.
+    #[serde(rename = "casUrl")]
+    pub cas_url: String,
+}
+
+/// The Hub client of one bucket. Cheap to share (immutable; `ureq::Agent` pools connections).
+#[derive(Debug, Clone)]
+pub struct HubClient {
+    agent: ureq::Agent,
+    endpoint: String,
+    handle: BucketHandle,
+    token: Option<Secret>,
+}
+
+fn connection(op: &'static str, e: impl std::fmt::Display) -> BackendError {
+    BackendError::Connection {
+        op,
+        message: e.to_string(),
+    }
+}
+
+fn status_error(op: &'static str, status: u16, body: &str) -> BackendError {
+    let body: String = body.chars().take(300).collect();
+    BackendError::Io {
+        op,
+        message: format!("the Hub answered {status}: {body}"),
+    }
+}
+
+impl HubClient {
+    /// A client for `handle` on the Hub at `endpoint`.
+    pub fn new(endpoint: &str, handle: BucketHandle, token: Option<Secret>) -> Self {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .max_redirects(5)
+            .build()
+            .into();
+        Self {
+            agent,
+            endpoint: endpoint.trim_end_matches('/').to_owned(),
+            handle,
+            token,
+        }
+    }
+
+    /// The bucket handle.
+    pub fn handle(&self) -> &BucketHandle {
+        &self.handle
+    }
+
+    fn api(&self, tail: &str) -> String {
+        format!("{}/api/buckets/{}{tail}", self.endpoint, self.handle.id())
+    }
+
+    /// Sends a request built by `make`, retrying 408/429/5xx and connection failures.
+    fn call(
+        &self,
+        op: &'static str,
+        make: impl Fn(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            let res = make(&self.agent);
+            let retry_after = match &res {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    if !(s == 408 || s == 429 || s >= 500) {
+                        return res.map_err(|e| connection(op, e));
+                    }
+                    r.headers()
+                        .get("retry-after")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .map(Duration::from_secs_f64)
+                }
+                Err(_) => None,
+            };
+            if attempt >= MAX_ATTEMPTS {
+                return match res {
+                    Ok(mut r) => {
+                        let s = r.status().as_u16();
+                        let body = r.body_mut().read_to_string().unwrap_or_default();
+                        Err(status_error(op, s, &body))
+                    }
+                    Err(e) => Err(connection(op, e)),
+                };
+            }
+            let backoff = Duration::from_millis(100 * (1 << attempt.min(6)));
+            let wait = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
+            tracing::debug!(
+                op,
+                attempt,
+                wait_ms = wait.as_millis() as u64,
+                "retrying Hub request"
+            );
+            sleep(wait);
+        }
+    }
+
+    fn auth<B>(&self, req: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.token {
+            Some(t) => req.header("Authorization", format!("Bearer {}", t.expose())),
+            None => req,
+        }
+    }
+
+    fn expect_json<T: serde::de::DeserializeOwned>(
+        op: &'static str,
+        mut r: ureq::http::Response<ureq::Body>,
+    ) -> Result<T, BackendError> {
+        let status = r.status().as_u16();
+        if !(200..300).contains(&status) {
+            let body = r.body_mut().read_to_string().unwrap_or_default();
+            return Err(status_error(op, status, &body));
+        }
+        r.body_mut()
+            .with_config()
+            .limit(256 << 20)
+            .read_json()
+            .map_err(|e| BackendError::io(op, e))
+    }
+
+    /// Whether the bucket exists.
+    pub fn bucket_exists(&self) -> Result<bool, BackendError> {
+        let r = self.call("bucket info", |a| self.auth(a.get(self.api(""))).call())?;
+        match r.status().as_u16() {
+            404 => Ok(false),
+            s if (200..300).contains(&s) => Ok(true),
+            s => Err(status_error("bucket info", s, "")),
+        }
+    }
+
+    /// Creates the bucket; an existing bucket (409) is fine.
+    pub fn create_bucket(&self) -> Result<(), BackendError> {
+        let mut r = self.call("create bucket", |a| {
+            self.auth(a.post(self.api(""))).send_json(json!({}))
+        })?;
+        match r.status().as_u16() {
+            409 => Ok(()),
+            s if (200..300).contains(&s) => Ok(()),
+            s => {
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                Err(status_error("create bucket", s, &body))
+            }
+        }
+    }
+
+    /// Sizes of the files among `paths` (missing paths are absent from the map).
+    pub fn paths_info(&self, paths: &[String]) -> Result<HashMap<String, u64>, BackendError> {
+        let mut out = HashMap::new();
+        for chunk in paths.chunks(MAX_PER_REQUEST) {
+            let r = self.call("paths-info", |a| {
+                self.auth(a.post(self.api("/paths-info")))
+                    .send_json(json!({ "paths": chunk }))
+            })?;
+            let entries: Vec<Entry> = Self::expect_json("paths-info", r)?;
+            out.extend(
+                entries
+                    .into_iter()
+                    .filter(|e| e.kind == "file")
+                    .map(|e| (e.path, e.size)),
+            );
+        }
+        Ok(out)
+    }
+
+    /// Every file under the handle's prefix (all pages).
+    pub fn tree(&self) -> Result<Vec<Entry>, BackendError> {
+        let mut url = match &self.handle.prefix {
+            Some(p) => self.api(&format!("/tree/{}?recursive=true", hf_encode(p))),
+            None => self.api("/tree?recursive=true"),
+        };
+        let mut out = Vec::new();
+        loop {
+            let r = self.call("tree", |a| self.auth(a.get(&url)).call())?;
+            if r.status().as_u16() == 404 {
+                return Ok(out);
+            }
+            let next = next_link(&r);
+            let page: Vec<Entry> = Self::expect_json("tree", r)?;
+            out.extend(page.into_iter().filter(|e| e.kind == "file"));
+            match next {
+                Some(n) => url = n,
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// Sends NDJSON `lines` (at most [`MAX_PER_REQUEST`]) to the batch route.
+    pub fn batch(&self, lines: &[Value]) -> Result<BatchReply, BackendError> {
+        let mut body = String::new();
+        for l in lines {
+            body.push_str(&l.to_string());
+            body.push('\n');
+        }
+        let mut r = self.call("batch", |a| {
+            self.auth(a.post(self.api("/batch")))
+                .header("Content-Type", "application/x-ndjson")
+                .send(body.as_str())
+        })?;
+        match r.status().as_u16() {
+            // 422: every line failed; the reply still lists them.
+            s if (200..300).contains(&s) || s == 422 => r
+                .body_mut()
+                .read_json()
+                .map_err(|e| BackendError::io("batch", e)),
+            s => {
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                Err(status_error("batch", s, &body))
+            }
+        }
+    }
+
+    /// A Xet write token for this bucket.
+    pub fn xet_write_token(&self) -> Result<XetToken, BackendError> {
+        let r = self.call("xet-write-token", |a| {
+            self.auth(a.get(self.api("/xet-write-token"))).call()
+        })?;
+        Self::expect_json("xet-write-token", r)
+    }
+
+    /// The URL of the write-token route (for Xet's token refresher).
+    pub fn xet_write_token_url(&self) -> String {
+        self.api("/xet-write-token")
+    }
+
+    /// The `Authorization` header value, if there is a token.
+    pub fn bearer(&self) -> Option<String> {
+        self.token
+            .as_ref()
+            .map(|t| format!("Bearer {}", t.expose()))
+    }
+
+    /// Downloads `path` straight into `buf` (following the resolve redirect); a size other than
+    /// `buf.len()` is a mismatch and a missing file is absent.
+    pub fn download(&self, path: &str, buf: &mut BytesMut) -> Result<Fetched, BackendError> {
+        let url = format!(
+            "{}/buckets/{}/resolve/{}",
+            self.endpoint,
+            self.handle.id(),
+            hf_encode(path)
+        );
+        let mut r = self.call("get", |a| self.auth(a.get(&url)).call())?;
+        match r.status().as_u16() {
+            404 => return Ok(Fetched::Absent),
+            s if (200..300).contains(&s) => {}
+            s => {
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                return Err(status_error("get", s, &body));
+            }
+        }
+        let declared = r
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if declared.is_some_and(|d| d != buf.len() as u64) {
+            return Ok(Fetched::SizeMismatch {
+                actual: declared.unwrap_or(0),
+            });
+        }
+        let mut reader = r
+            .body_mut()
+            .with_config()
+            .limit(buf.len() as u64 + 1)
+            .reader();
+        let mut off = 0;
+        loop {
+            if off == buf.len() {
+                // One more byte would mean the body is longer than declared.
+                let mut probe = [0u8; 1];
+                return match reader.read(&mut probe) {
+                    Ok(0) => Ok(Fetched::Hit),
+                    Ok(_) => Ok(Fetched::SizeMismatch {
+                        actual: buf.len() as u64 + 1,
+                    }),
+                    Err(e) => Err(connection("get", e)),
+                };
+            }
+            match reader.read(&mut buf[off..]) {
+                Ok(0) => return Ok(Fetched::SizeMismatch { actual: off as u64 }),
+                Ok(n) => off += n,
+                Err(e) => return Err(connection("get", e)),
+            }
+        }
+    }
+}
+
+/// The `rel="next"` target of a `Link` header.
+fn next_link(r: &ureq::http::Response<ureq::Body>) -> Option<String> {
+    let link = r.headers().get("link")?.to_str().ok()?;
+    link.split(',').find_map(|part| {
+        let (url, params) = part.split_once(';')?;
+        params.contains("rel=\"next\"").then(|| {
+            url.trim()
+                .trim_start_matches('<')
+                .trim_end_matches('>')
+                .to_owned()
+        })
+    })
+}
