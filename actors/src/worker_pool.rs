@@ -73,6 +73,51 @@ pub async fn run_on<R: Send + 'static>(
     }
 }
 
+/// Runs `work(ctx, item)` for every item, spread over `workers` jobs on the pool, keeping input
+/// order. `failed(i, err)` stands in for item `i` when its job dies (panic or pool gone).
+pub fn fan_out<C, I, O>(
+    pool: &Addr<WorkerPool>,
+    workers: usize,
+    ctx: std::sync::Arc<C>,
+    items: Vec<I>,
+    work: fn(&C, I) -> O,
+    failed: impl Fn(usize, &JobFailed) -> O + 'static,
+) -> crate::storage::Io<Vec<O>>
+where
+    C: Send + Sync + 'static,
+    I: Send + 'static,
+    O: Send + 'static,
+{
+    let n = items.len();
+    let per_job = n.div_ceil(workers.max(1)).max(1);
+    let mut jobs = Vec::new();
+    let mut items = items.into_iter();
+    let mut start = 0;
+    while start < n {
+        let chunk: Vec<I> = items.by_ref().take(per_job).collect();
+        let len = chunk.len();
+        let (ctx, pool) = (ctx.clone(), pool.clone());
+        jobs.push(async move {
+            let res = run_on(&pool, move || {
+                chunk.into_iter().map(|i| work(&ctx, i)).collect::<Vec<O>>()
+            })
+            .await;
+            (start, len, res)
+        });
+        start += len;
+    }
+    crate::storage::Io::pending(async move {
+        let mut out = Vec::with_capacity(n);
+        for (start, len, res) in futures_util::future::join_all(jobs).await {
+            match res {
+                Ok(v) => out.extend(v),
+                Err(e) => out.extend((start..start + len).map(|i| failed(i, &e))),
+            }
+        }
+        out
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -209,50 +209,21 @@ impl FsStorage {
         &self.paths.base
     }
 
-    /// Runs `work` over `items` spread across the pool's threads, keeping input order.
-    /// `failed(i, err)` stands in for item `i` when its job dies.
-    fn fan_out<I, O>(
+    /// Spreads `work` over the pool's threads (see [`crate::worker_pool::fan_out`]).
+    fn fan_out<I: Send + 'static, O: Send + 'static>(
         &self,
         items: Vec<I>,
         work: fn(&Paths, I) -> O,
         failed: impl Fn(usize, &JobFailed) -> O + 'static,
-    ) -> Io<Vec<O>>
-    where
-        I: Send + 'static,
-        O: Send + 'static,
-    {
-        let n = items.len();
-        let per_job = n.div_ceil(self.workers.max(1)).max(1);
-        let mut jobs = Vec::new();
-        let mut items = items.into_iter();
-        let mut start = 0;
-        while start < n {
-            let chunk: Vec<I> = items.by_ref().take(per_job).collect();
-            let len = chunk.len();
-            let paths = self.paths.clone();
-            let pool = self.pool.clone();
-            jobs.push(async move {
-                let res = run_on(&pool, move || {
-                    chunk
-                        .into_iter()
-                        .map(|i| work(&paths, i))
-                        .collect::<Vec<O>>()
-                })
-                .await;
-                (start, len, res)
-            });
-            start += len;
-        }
-        Io::pending(async move {
-            let mut out = Vec::with_capacity(n);
-            for (start, len, res) in futures_util::future::join_all(jobs).await {
-                match res {
-                    Ok(v) => out.extend(v),
-                    Err(e) => out.extend((start..start + len).map(|i| failed(i, &e))),
-                }
-            }
-            out
-        })
+    ) -> Io<Vec<O>> {
+        crate::worker_pool::fan_out(
+            &self.pool,
+            self.workers,
+            self.paths.clone(),
+            items,
+            work,
+            failed,
+        )
     }
 }
 
