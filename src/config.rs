@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use kvtier_actors::backends::fs::FsConfig;
+use kvtier_actors::backends::hfbucket::HfBucketConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
 use kvtier_actors::backends::s3::S3Config;
 use kvtier_actors::config::{CommonConfig, FieldError};
@@ -29,7 +30,7 @@ pub const ENV_PREFIX: &str = "KVTIER";
 /// Default period of the eviction actor's timer, in milliseconds.
 pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
 /// Adapter types known to this build.
-pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3"];
+pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3", "hfbucket"];
 /// Fields whose values are never printed.
 pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
 /// What a secret is printed as.
@@ -104,6 +105,9 @@ pub enum AdapterSpec {
     Fs(FsConfig),
     /// `type = "s3"`.
     S3(S3Config),
+    /// `type = "hfbucket"`.
+    #[serde(rename = "hfbucket")]
+    HfBucket(HfBucketConfig),
 }
 
 impl AdapterSpec {
@@ -113,6 +117,7 @@ impl AdapterSpec {
             AdapterSpec::Memory(_) => "memory",
             AdapterSpec::Fs(_) => "fs",
             AdapterSpec::S3(_) => "s3",
+            AdapterSpec::HfBucket(_) => "hfbucket",
         }
     }
 }
@@ -358,6 +363,11 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
             let c: S3Config = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
             c.validate().map_err(field_err)?;
             AdapterSpec::S3(c)
+        }
+        "hfbucket" => {
+            let c: HfBucketConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
+            c.validate().map_err(field_err)?;
+            AdapterSpec::HfBucket(c)
         }
         other => {
             return Err(err(

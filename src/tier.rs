@@ -11,6 +11,7 @@ use std::time::Duration;
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use kvtier_actors::backends::fs::FsStorage;
+use kvtier_actors::backends::hfbucket::HfStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::config::EvictionPolicy;
@@ -103,6 +104,12 @@ impl Tier {
                 AdapterSpec::S3(c) => spawn(
                     index,
                     S3Storage::open(c, format, capacity).await.map_err(fail)?,
+                    capacity,
+                    subscribers,
+                ),
+                AdapterSpec::HfBucket(c) => spawn(
+                    index,
+                    HfStorage::open(c, format, capacity).map_err(fail)?,
                     capacity,
                     subscribers,
                 ),
