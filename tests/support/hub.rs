@@ -842,7 +842,7 @@ async fn tree(
     }
     let id = bucket_id(&ns, &name);
     // axum has decoded the path once; a `%2F` sent by the client is a `/` here.
-    let prefix = prefix.trim_matches('/').to_string();
+    let prefix = prefix.trim_start_matches('/').to_string();
     let recursive = q
         .get("recursive")
         .is_some_and(|v| v == "true" || v == "1" || v == "True");
@@ -853,40 +853,52 @@ async fn tree(
         return repo_not_found(&id);
     };
     let page_size = st.tree_page_size;
-    let base = if prefix.is_empty() {
-        String::new()
-    } else {
-        format!("{prefix}/")
-    };
-    if !prefix.is_empty() && dir_uploaded_at(&b.files, &prefix).is_none() {
-        return entry_not_found(&prefix);
-    }
 
-    // Every entry under the prefix, keyed by path: files, and the directories above them.
+    // Every listed entry, keyed by path. A prefix with nothing under it lists nothing (200).
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
-    for (path, f) in b.files.range(base.clone()..) {
-        if !path.starts_with(&base) {
-            break;
+    let add_dir = |entries: &mut BTreeMap<String, Value>, dir: &str| {
+        if !entries.contains_key(dir) {
+            entries.insert(
+                dir.to_string(),
+                dir_json(dir, dir_uploaded_at(&b.files, dir)),
+            );
         }
-        let rest = &path[base.len()..];
-        if recursive {
+    };
+    if recursive {
+        // A plain string-prefix match, as the Hub's bucket tree does (huggingface_hub notes
+        // that prefix `sub` also returns `submarine.txt`): callers must check the `/` boundary.
+        // Files, plus the directories above them that are longer than the prefix.
+        let matching = b
+            .files
+            .range(prefix.clone()..)
+            .take_while(|(p, _)| p.starts_with(&prefix));
+        for (path, f) in matching {
             entries.insert(path.clone(), file_json(f));
-            let mut dir_end = 0;
-            while let Some(i) = rest[dir_end..].find('/') {
-                dir_end += i;
-                let dir = format!("{base}{}", &rest[..dir_end]);
-                entries
-                    .entry(dir.clone())
-                    .or_insert_with(|| dir_json(&dir, dir_uploaded_at(&b.files, &dir)));
-                dir_end += 1;
+            for (i, _) in path.match_indices('/') {
+                if i > prefix.len() {
+                    add_dir(&mut entries, &path[..i]);
+                }
             }
-        } else if let Some(i) = rest.find('/') {
-            let dir = format!("{base}{}", &rest[..i]);
-            entries
-                .entry(dir.clone())
-                .or_insert_with(|| dir_json(&dir, dir_uploaded_at(&b.files, &dir)));
+        }
+    } else {
+        // The direct children of the directory `prefix`.
+        let dir = prefix.trim_end_matches('/');
+        let base = if dir.is_empty() {
+            String::new()
         } else {
-            entries.insert(path.clone(), file_json(f));
+            format!("{dir}/")
+        };
+        let children = b
+            .files
+            .range(base.clone()..)
+            .take_while(|(p, _)| p.starts_with(&base));
+        for (path, f) in children {
+            match path[base.len()..].find('/') {
+                Some(i) => add_dir(&mut entries, &path[..base.len() + i]),
+                None => {
+                    entries.insert(path.clone(), file_json(f));
+                }
+            }
         }
     }
 
@@ -1169,13 +1181,16 @@ async fn xet_read_token(
 }
 
 /// Looks a file up for resolve; Err is the 404 to send.
-fn resolve_lookup(s: &Shared, id: &str, path: &str) -> Result<StoredFile, Response> {
+fn resolve_lookup(s: &Shared, id: &str, path: &str) -> Result<StoredFile, Box<Response>> {
     let st = s.lock();
-    let b = st.buckets.get(id).ok_or_else(|| repo_not_found(id))?;
+    let b = st
+        .buckets
+        .get(id)
+        .ok_or_else(|| Box::new(repo_not_found(id)))?;
     b.files
         .get(path)
         .cloned()
-        .ok_or_else(|| entry_not_found(path))
+        .ok_or_else(|| Box::new(entry_not_found(path)))
 }
 
 fn resolve_headers(s: &Shared, id: &str, f: &StoredFile, h: &mut HeaderMap) {
@@ -1208,7 +1223,7 @@ async fn resolve_get(
     let id = bucket_id(&ns, &name);
     let f = match resolve_lookup(&s, &id, &path) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let location = format!("{}/_xet-bridge/{}", s.endpoint, f.xet_hash);
     let mut resp = StatusCode::FOUND.into_response();
@@ -1229,7 +1244,7 @@ async fn resolve_head(
     let id = bucket_id(&ns, &name);
     let f = match resolve_lookup(&s, &id, &path) {
         Ok(f) => f,
-        Err(r) => return r,
+        Err(r) => return *r,
     };
     let mut resp = Response::new(Body::empty());
     let h = resp.headers_mut();

@@ -4,6 +4,7 @@
 
 pub mod conformance;
 pub mod garage;
+pub mod hub;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,319 @@
+//! The `hfbucket` adapter against the loopback Hub emulator, whose Xet storage is xet-client's
+//! own local CAS server: the conformance suite, plus handle/token behaviour, the metadata
+//! cache, partial batch failures, bucket creation and throttling.
+
+mod support;
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use kvtier::actors::backends::hfbucket::HfBucketConfig;
+use kvtier::actors::config::Secret;
+use kvtier::{AdapterConfig, AdapterSpec, Tier, TierConfig};
+use support::conformance::Fixture;
+use support::hub::{HubEmulator, Route};
+use support::{key, payload};
+
+const TOKEN: &str = "hf_test_token";
+const BUCKET: &str = "kvtier-org/kv";
+
+struct Hf {
+    hub: HubEmulator,
+    run: String,
+}
+
+impl Hf {
+    fn new() -> Self {
+        let hub = HubEmulator::start(TOKEN);
+        hub.create_bucket(BUCKET);
+        Hf {
+            hub,
+            run: format!("run{:08x}", rand::random::<u32>()),
+        }
+    }
+
+    fn config(&self, prefix: &str) -> HfBucketConfig {
+        let mut c = HfBucketConfig::new(format!("hf://buckets/{BUCKET}/{prefix}"));
+        c.token = Some(Secret::new(TOKEN));
+        c.token_env = "KVTIER_TEST_NO_SUCH_VAR".into();
+        c.hf_endpoint = Some(self.hub.endpoint().to_owned());
+        c
+    }
+
+    fn adapter_with(&self, c: HfBucketConfig) -> AdapterConfig {
+        AdapterConfig {
+            common: Default::default(),
+            spec: AdapterSpec::HfBucket(c),
+        }
+    }
+}
+
+impl Fixture for Hf {
+    fn adapter(&self, slot: usize) -> AdapterConfig {
+        self.adapter_with(self.config(&format!("{}/slot{slot}", self.run)))
+    }
+}
+
+conformance_tests!(Hf::new());
+
+fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
+    TierConfig {
+        adapters,
+        eviction_interval_ms: 50,
+    }
+}
+
+#[actix_rt::test]
+async fn objects_land_under_prefix_and_encoded_names() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config("prod"))]))
+        .await
+        .unwrap();
+    let k = kvtier::ObjectKey::new("llama", 255, vec![0u8, 1, 2, 3])
+        .unwrap()
+        .with_salt("user-42")
+        .unwrap();
+    assert!(tier
+        .store(vec![k], vec![payload(1, 100)])
+        .await
+        .unwrap()
+        .success());
+    assert_eq!(
+        fx.hub.paths(BUCKET),
+        vec!["prod/llama%40000000ff%4000010203%40user-42".to_owned()]
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn metadata_cache_serves_lookups_without_requests() {
+    let fx = Hf::new();
+    let mut c = fx.config(&fx.run);
+    c.metadata_cache_ttl_secs = 0.5;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 10)])
+        .await
+        .unwrap();
+    fx.hub.reset_requests();
+    // Stored and never-seen keys: the stored one is cached by the store; the other is asked once.
+    assert_eq!(
+        format!(
+            "{}",
+            tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap()
+        ),
+        "10"
+    );
+    assert_eq!(fx.hub.requests(Route::PathsInfo), 1);
+    assert_eq!(
+        format!(
+            "{}",
+            tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap()
+        ),
+        "10"
+    );
+    assert_eq!(
+        fx.hub.requests(Route::PathsInfo),
+        1,
+        "hit and negative result served from the cache"
+    );
+    actix_rt::time::sleep(Duration::from_millis(600)).await;
+    tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap();
+    assert_eq!(
+        fx.hub.requests(Route::PathsInfo),
+        2,
+        "refetched after the TTL"
+    );
+    tier.unlock(vec![key(1), key(1), key(1)]);
+    tier.shutdown();
+
+    let mut c = fx.config(&fx.run);
+    c.metadata_cache_ttl_secs = 0.0;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    fx.hub.reset_requests();
+    tier.lookup_and_lock(vec![key(2)]).await.unwrap();
+    tier.lookup_and_lock(vec![key(2)]).await.unwrap();
+    assert_eq!(
+        fx.hub.requests(Route::PathsInfo),
+        2,
+        "TTL 0 disables the cache"
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn partial_batch_failure_counts_exactly_the_landed_objects() {
+    let fx = Hf::new();
+    let mut a = fx.adapter_with(fx.config(&fx.run));
+    a.common.max_capacity_gb = 1.0;
+    let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
+    fx.hub.fail_batch_line(Some(2));
+    let keys: Vec<_> = (0..4).map(key).collect();
+    let rep = tier
+        .store(keys.clone(), (0..4).map(|i| payload(i, 100)).collect())
+        .await
+        .unwrap();
+    fx.hub.fail_batch_line(None);
+    let o = &rep.adapters[0].1;
+    assert_eq!(o.failed.len(), 1, "{rep:?}");
+    assert_eq!(o.stored, 3);
+    assert_eq!(o.new_bytes, 300);
+    let usage = tier.usage().await.unwrap().adapters[0].used_bytes;
+    assert_eq!(
+        usage,
+        fx.hub.total_size(BUCKET),
+        "usage equals the bucket listing"
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn create_bucket_if_missing_and_retry_after_failure() {
+    let fx = Hf::new();
+    let mut c = HfBucketConfig::new("hf://buckets/new-org/fresh");
+    c.token = Some(Secret::new(TOKEN));
+    c.token_env = "KVTIER_TEST_NO_SUCH_VAR".into();
+    c.hf_endpoint = Some(fx.hub.endpoint().to_owned());
+    // Without the flag, a store to a missing bucket fails.
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c.clone())]))
+        .await
+        .unwrap();
+    assert!(!tier
+        .store(vec![key(1)], vec![payload(1, 10)])
+        .await
+        .unwrap()
+        .success());
+    tier.shutdown();
+    c.create_bucket_if_missing = true;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    // Creation fails once (5xx on every attempt), then succeeds on the next store.
+    fx.hub.fail_next(5, 500, Some(Route::CreateBucket));
+    assert!(!tier
+        .store(vec![key(1)], vec![payload(1, 10)])
+        .await
+        .unwrap()
+        .success());
+    assert!(!fx.hub.bucket_exists("new-org/fresh"));
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 10)])
+        .await
+        .unwrap()
+        .success());
+    assert!(fx.hub.bucket_exists("new-org/fresh"));
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn survives_a_429_storm() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    fx.hub.throttle_next(3, 0, None);
+    let rep = tier
+        .store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap();
+    assert!(rep.success(), "{rep:?}");
+    fx.hub.throttle_next(3, 0, None);
+    let loaded = tier
+        .load(vec![key(1)], vec![BytesMut::zeroed(64)])
+        .await
+        .unwrap();
+    assert!(loaded.hits.all());
+    assert_eq!(&loaded.buffers[0][..], &payload(1, 64)[..]);
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn a_slow_hub_does_not_delay_other_backends() {
+    use kvtier::actors::{Delete, ListKeys, Store};
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![
+        AdapterConfig::memory(),
+        fx.adapter_with(fx.config(&fx.run)),
+    ]))
+    .await
+    .unwrap();
+    fx.hub.set_latency(Duration::from_millis(1500));
+    let c = tier.controller().clone();
+    let started = std::time::Instant::now();
+    let slow = actix_rt::spawn(async move {
+        c.send(Store {
+            keys: vec![key(1)],
+            objects: vec![payload(1, 10)],
+        })
+        .await
+    });
+    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    // The memory adapter answers while the Hub store is still in flight.
+    let t = std::time::Instant::now();
+    for _ in 0..20 {
+        tier.controller()
+            .send(ListKeys {
+                model: None,
+                cursor: None,
+                page_size: 10,
+                adapter: 0,
+            })
+            .await
+            .unwrap()
+            .unwrap();
+        tier.controller()
+            .send(Delete {
+                keys: vec![key(9)],
+                adapter: Some(0),
+            })
+            .await
+            .unwrap();
+    }
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "memory adapter delayed: {:?}",
+        t.elapsed()
+    );
+    assert!(!slow.is_finished(), "the Hub store is still in flight");
+    let rep = slow.await.unwrap().unwrap();
+    assert!(rep.success(), "{rep:?}");
+    assert!(started.elapsed() >= Duration::from_millis(1500));
+    fx.hub.set_latency(Duration::ZERO);
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn restart_recovers_usage_and_close_removes_temp_files() {
+    let fx = Hf::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = fx.config(&fx.run);
+    c.download_tmp_dir = Some(tmp.path().to_owned());
+    let mut a = fx.adapter_with(c);
+    a.common.max_capacity_gb = 1.0;
+    let tier = Tier::start(&tier_config(vec![a.clone()])).await.unwrap();
+    tier.store(
+        (0..3).map(key).collect(),
+        (0..3).map(|i| payload(i, 50 + i as usize)).collect(),
+    )
+    .await
+    .unwrap();
+    let before = tier.usage().await.unwrap();
+    assert!(
+        std::fs::read_dir(tmp.path()).unwrap().count() > 0,
+        "a working directory while running"
+    );
+    tier.shutdown();
+    assert!(
+        support::wait_until(5, || async {
+            std::fs::read_dir(tmp.path()).unwrap().count() == 0
+        })
+        .await,
+        "close removed the temporary files"
+    );
+    let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
+    assert_eq!(tier.usage().await.unwrap(), before);
+    tier.shutdown();
+}
