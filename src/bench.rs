@@ -307,12 +307,13 @@ impl Workload {
         Bytes::from(data)
     }
 
-    /// Whether `buf` holds chunk `i`'s payload, regenerated 64 KiB at a time (no chunk-sized
-    /// allocation, so streaming mode's memory stays at the bytes in flight).
-    fn matches(&self, i: usize, buf: &[u8]) -> bool {
-        if let Some(b) = self.payloads.get(i - self.start) {
+    /// Whether `buf` holds chunk `j`'s payload (0-based, like `keys`), regenerated 64 KiB at a
+    /// time (no chunk-sized allocation, so streaming mode's memory stays at the bytes in flight).
+    fn matches(&self, j: usize, buf: &[u8]) -> bool {
+        if let Some(b) = self.payloads.get(j) {
             return b[..] == buf[..];
         }
+        let i = self.start + j;
         if buf.len() != self.size {
             return false;
         }
@@ -327,11 +328,11 @@ impl Workload {
         })
     }
 
-    /// The payload of chunk `i` (absolute index).
-    fn payload(&self, i: usize) -> Bytes {
-        match self.payloads.get(i - self.start) {
+    /// The payload of this workload's chunk `j` (0-based, like `keys`).
+    fn payload(&self, j: usize) -> Bytes {
+        match self.payloads.get(j) {
             Some(b) => b.clone(),
-            None => self.generate(i),
+            None => self.generate(self.start + j),
         }
     }
 }
