@@ -53,13 +53,18 @@ pub async fn build_client(
         .map_err(|e| BackendError::Invalid {
             reason: format!("TLS setup: {e}"),
         })?;
-    // The connector offers ALPN h2 then http/1.1 on TLS connections (s3_prefer_http2 = true).
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-        .tls_context(tls_context);
-    let http = match resolve_to {
-        Some(ip) => http.build_with_resolver(ResolveAllTo(ip)),
-        None => http.build_https(),
+    // The default connector offers ALPN h2 then http/1.1 on TLS connections
+    // (s3_prefer_http2 = true); the HTTP/1.1-only connector offers http/1.1 alone.
+    let http = if cfg.s3_prefer_http2 || resolve_to.is_some() {
+        let b = aws_smithy_http_client::Builder::new()
+            .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
+            .tls_context(tls_context);
+        match resolve_to {
+            Some(ip) => b.build_with_resolver(ResolveAllTo(ip)),
+            None => b.build_https(),
+        }
+    } else {
+        super::http1::client(cfg.s3_ca_bundle.as_deref(), CONNECT_TIMEOUT)?
     };
 
     let region = Region::new(cfg.s3_region.clone());

@@ -15,6 +15,7 @@
 
 mod client;
 mod config;
+pub mod http1;
 
 use std::future::Future;
 use std::sync::Arc;
