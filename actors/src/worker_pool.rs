@@ -46,6 +46,16 @@ pub struct JobFailed {
     pub reason: String,
 }
 
+impl JobFailed {
+    /// This failure as the [`BackendError`](crate::BackendError) of operation `op`.
+    pub fn backend_error(&self, op: &'static str) -> crate::BackendError {
+        crate::BackendError::Worker {
+            op,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
 impl<R: Send + 'static> Handler<Run<R>> for WorkerPool {
     type Result = Result<R, JobFailed>;
 

@@ -227,13 +227,6 @@ impl FsStorage {
     }
 }
 
-fn worker_err(op: &'static str, e: &JobFailed) -> BackendError {
-    BackendError::Worker {
-        op,
-        reason: e.reason.clone(),
-    }
-}
-
 impl Storage for FsStorage {
     fn kind(&self) -> &'static str {
         "fs"
@@ -243,7 +236,7 @@ impl Storage for FsStorage {
         self.fan_out(
             items,
             |p, (k, data)| p.write(&k, &data).map_err(|e| BackendError::io("put", e)),
-            |_, e| Err(worker_err("put", e)),
+            |_, e| Err(e.backend_error("put")),
         )
     }
 
@@ -255,7 +248,7 @@ impl Storage for FsStorage {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
                 Err(e) => Err(BackendError::io("head", e)),
             },
-            |_, e| Err(worker_err("head", e)),
+            |_, e| Err(e.backend_error("head")),
         )
     }
 
@@ -270,7 +263,7 @@ impl Storage for FsStorage {
                 let res = p.read(&k, &mut buf);
                 (buf, res)
             },
-            move |i, e| (BytesMut::zeroed(lens[i]), Err(worker_err("get", e))),
+            move |i, e| (BytesMut::zeroed(lens[i]), Err(e.backend_error("get"))),
         )
     }
 
@@ -282,7 +275,7 @@ impl Storage for FsStorage {
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removed::Absent),
                 Err(e) => Err(BackendError::io("delete", e)),
             },
-            |_, e| Err(worker_err("delete", e)),
+            |_, e| Err(e.backend_error("delete")),
         )
     }
 
@@ -297,7 +290,7 @@ impl Storage for FsStorage {
         Io::pending(async move {
             let scanned = run_on(&pool, move || paths.scan(model.as_deref()))
                 .await
-                .map_err(|e| worker_err("list", &e))??;
+                .map_err(|e| e.backend_error("list"))??;
             let entries = scanned.into_iter().map(|(n, k, s, _)| (n, k, s)).collect();
             Ok(page_of(entries, cursor.as_deref(), limit))
         })
@@ -315,7 +308,7 @@ impl Storage for FsStorage {
                 paths.scan(None)
             })
             .await
-            .map_err(|e| worker_err("recover", &e))??;
+            .map_err(|e| e.backend_error("recover"))??;
             Ok(scanned
                 .into_iter()
                 .map(|(_, key, size, modified)| Recovered {

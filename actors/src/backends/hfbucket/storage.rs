@@ -16,7 +16,7 @@ use crate::backends::memory::page_of;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
-use crate::worker_pool::{fan_out, run_on, JobFailed, WorkerPool};
+use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
 /// What worker jobs share: the Hub client, the name format and the Xet cache directory.
 struct Ctx {
@@ -214,16 +214,9 @@ impl HfStorage {
         Io::pending(async move {
             match run_on(&pool, move || f(&ctx)).await {
                 Ok(v) => v,
-                Err(e) => failed(worker_err(op, &e)),
+                Err(e) => failed(e.backend_error(op)),
             }
         })
-    }
-}
-
-fn worker_err(op: &'static str, e: &JobFailed) -> BackendError {
-    BackendError::Worker {
-        op,
-        reason: e.reason.clone(),
     }
 }
 
@@ -292,7 +285,7 @@ impl Storage for HfStorage {
                 let res = ctx.hub.download(&ctx.path(&key), &mut buf);
                 (buf, res)
             },
-            move |i, e| (BytesMut::zeroed(lens[i]), Err(worker_err("get", e))),
+            move |i, e| (BytesMut::zeroed(lens[i]), Err(e.backend_error("get"))),
         )
     }
 
@@ -431,5 +424,12 @@ impl Storage for HfStorage {
 
     fn close(&mut self) {
         let _ = std::fs::remove_dir_all(&self.tmp_root);
+    }
+}
+
+impl Drop for HfStorage {
+    fn drop(&mut self) {
+        // An arbiter that stops drops its actors without `stopped`; clean up here too.
+        self.close();
     }
 }
