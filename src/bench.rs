@@ -57,6 +57,27 @@ pub struct BenchArgs {
     /// skipped.
     #[arg(long)]
     pub stream: bool,
+    /// Which client moves the bytes: the full kvtier pipeline, or (with an `s3` adapter) only
+    /// the raw aws-sdk-s3 loop, for `bench/compare.sh`.
+    #[arg(long, value_enum, default_value_t = BenchClient::Pipeline)]
+    pub client: BenchClient,
+    /// Skip the raw aws-sdk-s3 baseline that follows the pipeline with an `s3` adapter.
+    #[arg(long)]
+    pub no_baseline: bool,
+    /// Delete the bench's objects at the end (the pipeline's keys; the raw loop always cleans up).
+    #[arg(long)]
+    pub cleanup: bool,
+}
+
+/// The client a bench run measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum BenchClient {
+    /// Controller → backend actors → storage: store, lookup and lock, load, unlock.
+    Pipeline,
+    /// Plain concurrent aws-sdk-s3 PUT/GET with no actors (needs an `s3` adapter), bounded by
+    /// the adapter's `s3_num_io_threads` requests in flight.
+    RawS3,
 }
 
 /// Validated bench parameters.
@@ -76,6 +97,12 @@ pub struct BenchOptions {
     pub progress: bool,
     /// Streaming mode (see [`BenchArgs::stream`]).
     pub stream: bool,
+    /// The client measured.
+    pub client: BenchClient,
+    /// Skip the raw baseline after the pipeline.
+    pub no_baseline: bool,
+    /// Delete the pipeline's objects at the end.
+    pub cleanup: bool,
 }
 
 impl TryFrom<&BenchArgs> for BenchOptions {
@@ -108,6 +135,9 @@ impl TryFrom<&BenchArgs> for BenchOptions {
             json: a.json,
             progress: !a.json,
             stream: a.stream,
+            client: a.client,
+            no_baseline: a.no_baseline,
+            cleanup: a.cleanup,
         })
     }
 }
@@ -188,6 +218,8 @@ pub struct S3Baseline {
 /// Everything `kvtier bench --json` prints.
 #[derive(Debug, Clone, Serialize)]
 pub struct BenchReport {
+    /// The client measured.
+    pub client: BenchClient,
     /// Store throughput, GB/s (10^9 bytes).
     pub store_gbps: f64,
     /// Load throughput, GB/s (10^9 bytes).
@@ -398,6 +430,9 @@ impl Timer {
 
 /// Runs the bench and returns its report.
 pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
+    if opts.client == BenchClient::RawS3 {
+        return raw_only(&config, opts).await;
+    }
     let data_bytes = (opts.chunks * opts.chunk_size) as u64;
     let _tmp = if config.adapters.is_empty() {
         let dir = tempfile::Builder::new()
@@ -544,14 +579,14 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
 
     // The raw aws-sdk-s3 baseline, same objects and requests in flight.
     let s3_baseline = match config.adapters.iter().find_map(|a| match &a.spec {
-        AdapterSpec::S3(c) if !opts.stream => Some(c.clone()),
+        AdapterSpec::S3(c) if !opts.stream && !opts.no_baseline => Some(c.clone()),
         _ => None,
     }) {
         Some(c) => {
             // Other payloads of the same sizes: Garage deduplicates identical blocks, which
             // would let the baseline skip the server's writes.
             let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce, true);
-            let (put, get) = raw_s3_baseline(&c, &other, opts, nonce).await?;
+            let (put, get, _) = raw_s3_baseline(&c, &other, raw_in_flight(&c, opts), nonce).await?;
             let store = phases
                 .iter()
                 .find(|p| p.phase == "store")
@@ -588,6 +623,15 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         .map(|s| s.iter().map(|(_, s)| s.evicted_keys).sum())
         .unwrap_or(0);
     let usage = tier.usage().await.map(|u| u.adapters).unwrap_or_default();
+    if opts.cleanup {
+        let mut keys = work.keys.clone();
+        keys.extend(Workload::new(opts.chunks, overfill, opts.chunk_size, nonce, false).keys);
+        for chunk in keys.chunks(1000) {
+            if let Err(e) = tier.delete(chunk.to_vec()).await {
+                tracing::warn!(error = %e, "bench cleanup failed");
+            }
+        }
+    }
     tier.shutdown();
 
     let baseline = baselines
@@ -598,6 +642,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let store = get("store").expect("store phase ran");
     let lookup = get("lookup").expect("lookup phase ran");
     Ok(BenchReport {
+        client: opts.client,
         store_gbps: store.gbps,
         load_gbps: load_phase.gbps,
         lookup_keys_per_s: lookup.keys_per_s,
@@ -768,15 +813,72 @@ async fn stream_load(
     )
 }
 
+/// Requests the raw loop keeps in flight: what the pipeline can have at the network, i.e. the
+/// adapter's `s3_num_io_threads` bound, or fewer if the pipeline submits fewer.
+fn raw_in_flight(cfg: &kvtier_actors::backends::s3::S3Config, opts: BenchOptions) -> usize {
+    cfg.s3_num_io_threads
+        .min(opts.concurrency * opts.batch)
+        .max(1)
+}
+
+/// `--client raw-s3`: only the raw aws-sdk-s3 loop, reported in the pipeline's shape (phases
+/// `store` and `load`), for `bench/compare.sh`.
+async fn raw_only(config: &TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
+    let cfg = config
+        .adapters
+        .iter()
+        .find_map(|a| match &a.spec {
+            AdapterSpec::S3(c) => Some(c.clone()),
+            _ => None,
+        })
+        .ok_or("--client raw-s3 needs an s3 adapter (--l2-adapter '{\"type\": \"s3\", ...}')")?;
+    let nonce: u64 = rand::random();
+    let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, true);
+    let in_flight = raw_in_flight(&cfg, opts);
+    let (mut put, mut get, verified) = raw_s3_baseline(&cfg, &work, in_flight, nonce).await?;
+    put.phase = "store".into();
+    get.phase = "load".into();
+    let ok = |p: &PhaseReport| p.bytes / opts.chunk_size as u64;
+    let errors = (opts.chunks as u64 - ok(&put)) + (opts.chunks as u64 - ok(&get));
+    Ok(BenchReport {
+        client: opts.client,
+        store_gbps: put.gbps,
+        load_gbps: get.gbps,
+        lookup_keys_per_s: 0.0,
+        verified,
+        evicted_keys: 0,
+        errors,
+        chunks: opts.chunks,
+        chunk_size: opts.chunk_size,
+        batch: 1,
+        concurrency: in_flight,
+        lookup_hits: 0,
+        load_hits: ok(&get) as usize,
+        phases: vec![put, get],
+        baseline_read_gbps: None,
+        load_vs_baseline: None,
+        overfill_keys: 0,
+        usage: Vec::new(),
+        status: serde_json::Value::Null,
+        s3_baseline: None,
+        peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
+        stream: false,
+        bytes_in_flight_mib: (in_flight * opts.chunk_size) as f64 / (1024.0 * 1024.0),
+        adapters: config.to_redacted_json()["adapters"].clone(),
+    })
+}
+
 /// Plain concurrent PUTs then GETs of the workload's payloads through an aws-sdk-s3 client
-/// built exactly like the adapter's, on a runtime with the same number of threads, in the
-/// pipeline's shape (`concurrency` batches of `batch` requests in flight), with no actors.
+/// built exactly like the adapter's, on a runtime with the same number of threads, `in_flight`
+/// requests at a time, with no actors. GET bodies are collected into memory (one copy, as the
+/// pipeline's copy into the caller's buffer) and compared with the payloads after the clock
+/// stops; the third result says whether every byte matched. The objects are deleted afterwards.
 async fn raw_s3_baseline(
     cfg: &kvtier_actors::backends::s3::S3Config,
     work: &Workload,
-    opts: BenchOptions,
+    in_flight: usize,
     nonce: u64,
-) -> Result<(PhaseReport, PhaseReport), String> {
+) -> Result<(PhaseReport, PhaseReport, bool), String> {
     use kvtier_actors::backends::s3::build_client;
     let ep = cfg.validate().map_err(|e| e.to_string())?;
     let threads = cfg
@@ -798,79 +900,67 @@ async fn raw_s3_baseline(
         .map(|i| format!("{}raw-baseline-{nonce:016x}/{i}", cfg.key_prefix()))
         .collect();
     let bucket = ep.bucket.clone();
-
-    // Same shape as the pipeline: `concurrency` batches in flight, each `batch` requests.
-    let batches: Vec<std::ops::Range<usize>> = (0..names.len())
-        .step_by(opts.batch)
-        .map(|s| s..(s + opts.batch).min(names.len()))
-        .collect();
+    let signed = cfg.signs_payload(&ep);
 
     let mut timer = Timer::new("raw_put");
-    let puts: Vec<(Duration, usize)> = stream::iter(batches.iter().cloned())
-        .map(|r| {
-            let tasks: Vec<_> = r
-                .map(|i| {
-                    let (client, bucket) = (client.clone(), bucket.clone());
-                    let (name, data) = (names[i].clone(), work.payload(i));
-                    rt.spawn(async move {
-                        client
-                            .put_object()
-                            .bucket(bucket)
-                            .key(name)
-                            .body(aws_sdk_s3::primitives::ByteStream::from(data))
-                            .send()
-                            .await
-                            .is_ok()
-                    })
-                })
-                .collect();
-            async move {
+    let puts: Vec<(Duration, bool)> = stream::iter(0..names.len())
+        .map(|i| {
+            let (client, bucket) = (client.clone(), bucket.clone());
+            let (name, data) = (names[i].clone(), work.payload(i));
+            let task = rt.spawn(async move {
                 let t = Instant::now();
-                let ok = futures_util::future::join_all(tasks)
-                    .await
-                    .into_iter()
-                    .filter(|r| matches!(r, Ok(true)))
-                    .count();
-                (t.elapsed(), ok)
-            }
+                let req = client
+                    .put_object()
+                    .bucket(bucket)
+                    .key(name)
+                    .body(aws_sdk_s3::primitives::ByteStream::from(data));
+                let res = if signed {
+                    req.send().await
+                } else {
+                    req.customize().disable_payload_signing().send().await
+                };
+                (t.elapsed(), res.is_ok())
+            });
+            async move { task.await.unwrap_or((Duration::ZERO, false)) }
         })
-        .buffer_unordered(opts.concurrency)
+        .buffer_unordered(in_flight)
         .collect()
         .await;
-    let ok: usize = puts.iter().map(|(_, n)| n).sum();
     puts.iter().for_each(|(d, _)| timer.record(*d));
-    let put = timer.finish(work.keys.len(), (ok * opts.chunk_size) as u64);
+    let ok = puts.iter().filter(|(_, ok)| *ok).count();
+    let put = timer.finish(work.keys.len(), (ok * work.size) as u64);
 
     let mut timer = Timer::new("raw_get");
-    let gets: Vec<(Duration, usize)> = stream::iter(batches.iter().cloned())
-        .map(|r| {
-            let tasks: Vec<_> = r
-                .map(|i| {
-                    let (client, bucket, name) = (client.clone(), bucket.clone(), names[i].clone());
-                    rt.spawn(async move {
-                        match client.get_object().bucket(bucket).key(name).send().await {
-                            Ok(r) => r.body.collect().await.map_or(0, |b| b.into_bytes().len()),
-                            Err(_) => 0,
-                        }
-                    })
-                })
-                .collect();
-            async move {
+    let gets: Vec<(usize, Duration, Option<Bytes>)> = stream::iter(0..names.len())
+        .map(|i| {
+            let (client, bucket, name) = (client.clone(), bucket.clone(), names[i].clone());
+            let task = rt.spawn(async move {
                 let t = Instant::now();
-                let n: usize = futures_util::future::join_all(tasks)
-                    .await
-                    .into_iter()
-                    .map(|r| r.unwrap_or(0))
-                    .sum();
-                (t.elapsed(), n)
+                let body = match client.get_object().bucket(bucket).key(name).send().await {
+                    Ok(r) => r.body.collect().await.ok().map(|b| b.into_bytes()),
+                    Err(_) => None,
+                };
+                (t.elapsed(), body)
+            });
+            async move {
+                let (d, body) = task.await.unwrap_or((Duration::ZERO, None));
+                (i, d, body)
             }
         })
-        .buffer_unordered(opts.concurrency)
+        .buffer_unordered(in_flight)
         .collect()
         .await;
-    let bytes: usize = gets.iter().map(|(_, n)| n).sum();
-    gets.iter().for_each(|(d, _)| timer.record(*d));
-    let get = timer.finish(work.keys.len(), bytes as u64);
+    gets.iter().for_each(|(_, d, _)| timer.record(*d));
+    let got: usize = gets
+        .iter()
+        .filter_map(|(_, _, b)| b.as_ref())
+        .map(|b| b.len())
+        .sum();
+    let get = timer.finish(work.keys.len(), got as u64);
+    let verified = gets
+        .iter()
+        .all(|(i, _, b)| b.as_ref().is_some_and(|b| work.matches(*i, b)));
+    drop(gets);
 
     // Clean up the baseline's objects.
     for chunk in names.chunks(1000) {
@@ -902,7 +992,7 @@ async fn raw_s3_baseline(
         }
     }
     rt.shutdown_background();
-    Ok((put, get))
+    Ok((put, get, verified))
 }
 
 async fn store_phase(

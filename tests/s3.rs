@@ -201,6 +201,71 @@ async fn grouped_names_and_key_prefix() {
     tier.shutdown();
 }
 
+/// `s3_payload_signing` and `s3_checksum`: every combination stores and loads the exact bytes,
+/// and with CRC32C the store keeps the object's checksum (a plain client sees it).
+#[actix_rt::test]
+async fn payload_signing_and_crc32c_round_trip() {
+    use kvtier::actors::backends::s3::{ChecksumMode, PayloadSigning};
+    let fx = S3::new();
+    let client = fx.plain_client().await;
+    let cases = [
+        (PayloadSigning::Unsigned, ChecksumMode::None),
+        (PayloadSigning::Unsigned, ChecksumMode::Crc32c),
+        (PayloadSigning::Signed, ChecksumMode::Crc32c),
+        (PayloadSigning::Auto, ChecksumMode::None),
+    ];
+    for (i, (signing, checksum)) in cases.into_iter().enumerate() {
+        let mut c = fx.config();
+        c.s3_key_prefix = Some(format!("case{i}"));
+        c.s3_payload_signing = signing;
+        c.s3_checksum = checksum;
+        let tier = Tier::start(&tier_config(vec![AdapterConfig {
+            common: Default::default(),
+            spec: AdapterSpec::S3(c),
+        }]))
+        .await
+        .unwrap();
+        let data = payload(i as u32 + 7, 300_000);
+        let rep = tier.store(vec![key(1)], vec![data.clone()]).await.unwrap();
+        assert!(
+            rep.adapters[0].1.failed.is_empty(),
+            "{signing:?}/{checksum:?}: {rep:?}"
+        );
+        let status = tier.status().await.unwrap();
+        let details = &status.adapters[0].details;
+        assert_eq!(
+            details["payload_signed"],
+            signing == PayloadSigning::Signed || signing == PayloadSigning::Auto,
+            "plain http: auto signs"
+        );
+        assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+        let loaded = tier
+            .load(vec![key(1)], vec![BytesMut::zeroed(data.len())])
+            .await
+            .unwrap();
+        assert!(loaded.hits.all(), "{signing:?}/{checksum:?}");
+        assert_eq!(&loaded.buffers[0][..], &data[..]);
+        tier.unlock(vec![key(1)]);
+
+        let names = list_names(&client, &format!("case{i}/")).await;
+        assert_eq!(names.len(), 1);
+        let head = client
+            .head_object()
+            .bucket(BUCKET)
+            .key(&names[0].0)
+            .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            head.checksum_crc32_c().is_some(),
+            checksum == ChecksumMode::Crc32c,
+            "{signing:?}/{checksum:?}: the stored object's CRC32C"
+        );
+        tier.shutdown();
+    }
+}
+
 #[actix_rt::test]
 async fn key_prefixes_isolate_adapters() {
     let fx = S3::new();

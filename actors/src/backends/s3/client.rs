@@ -87,14 +87,24 @@ pub async fn build_client(
             aws_sdk_s3::config::Builder::from(&shared)
         }
     };
+    let crc = cfg.s3_checksum == super::config::ChecksumMode::Crc32c;
     b = b
         .http_client(http)
         .force_path_style(ep.force_path_style)
         .disable_s3_express_session_auth(!cfg.s3_enable_s3express)
-        // Integrity comes from TLS (or the caller's own checks); per-request CRCs cost CPU
-        // on every byte and are only sent where an API requires them.
-        .request_checksum_calculation(RequestChecksumCalculation::WhenRequired)
-        .response_checksum_validation(ResponseChecksumValidation::WhenRequired)
+        // Without `s3_checksum`, integrity comes from TLS or the payload signature, and CRCs
+        // (CPU on every byte) are only sent where an API requires them. With it, PUTs carry
+        // the CRC32C the store verifies and GETs check the one the store returns.
+        .request_checksum_calculation(if crc {
+            RequestChecksumCalculation::WhenSupported
+        } else {
+            RequestChecksumCalculation::WhenRequired
+        })
+        .response_checksum_validation(if crc {
+            ResponseChecksumValidation::WhenSupported
+        } else {
+            ResponseChecksumValidation::WhenRequired
+        })
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
         .timeout_config(
             TimeoutConfig::builder()

@@ -17,6 +17,33 @@ pub enum AddressingStyle {
     Path,
 }
 
+/// Whether PUT bodies are covered by the SigV4 signature (`x-amz-content-sha256`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadSigning {
+    /// Sign the payload's SHA-256 over plain HTTP; send `UNSIGNED-PAYLOAD` over TLS, whose
+    /// record MACs already protect the bytes in transit (as the AWS CRT client does).
+    #[default]
+    Auto,
+    /// Always hash and sign the payload (one SHA-256 pass over every byte stored).
+    Signed,
+    /// Never: `UNSIGNED-PAYLOAD`, also over plain HTTP (pair it with `s3_checksum = "crc32c"`
+    /// for an end-to-end integrity check at a fraction of the CPU).
+    Unsigned,
+}
+
+/// End-to-end object checksum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ChecksumMode {
+    /// None beyond what the transport and signing give (default).
+    #[default]
+    None,
+    /// CRC32C (hardware-accelerated): sent with every PUT (`x-amz-checksum-crc32c`), which the
+    /// store verifies, and checked on every GET whose response carries it.
+    Crc32c,
+}
+
 /// `type = "s3"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -66,6 +93,13 @@ pub struct S3Config {
     /// Seconds an open circuit breaker waits before letting a probe through (default 5).
     #[serde(default = "default_cooldown")]
     pub circuit_breaker_cooldown_secs: f64,
+    /// `"auto"` (default: sign the payload over plain HTTP, `UNSIGNED-PAYLOAD` over TLS),
+    /// `"signed"` or `"unsigned"`. See [`PayloadSigning`].
+    #[serde(default)]
+    pub s3_payload_signing: PayloadSigning,
+    /// `"none"` (default) or `"crc32c"`. See [`ChecksumMode`].
+    #[serde(default)]
+    pub s3_checksum: ChecksumMode,
 }
 
 fn default_io_threads() -> usize {
@@ -87,6 +121,8 @@ pub struct ResolvedEndpoint {
     pub endpoint_url: Option<String>,
     /// Path-style addressing.
     pub force_path_style: bool,
+    /// Requests use TLS.
+    pub tls: bool,
 }
 
 impl S3Config {
@@ -113,6 +149,17 @@ impl S3Config {
             s3_key_prefix: None,
             rebuild_index_on_start: None,
             circuit_breaker_cooldown_secs: default_cooldown(),
+            s3_payload_signing: PayloadSigning::Auto,
+            s3_checksum: ChecksumMode::None,
+        }
+    }
+
+    /// Whether PUTs to this endpoint sign their payload's SHA-256 (see [`PayloadSigning`]).
+    pub fn signs_payload(&self, ep: &ResolvedEndpoint) -> bool {
+        match self.s3_payload_signing {
+            PayloadSigning::Signed => true,
+            PayloadSigning::Unsigned => false,
+            PayloadSigning::Auto => !ep.tls,
         }
     }
 
@@ -254,6 +301,7 @@ impl S3Config {
             bucket,
             endpoint_url,
             force_path_style,
+            tls: !self.disable_tls,
         })
     }
 }
@@ -351,6 +399,36 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().field, "s3_key_prefix");
         c.s3_key_prefix = Some("/kv/prod/".into());
         assert_eq!(c.key_prefix(), "kv/prod/");
+    }
+
+    #[test]
+    fn payload_signing_follows_tls() {
+        let mut c = cfg("http://127.0.0.1:3900");
+        c.disable_tls = true;
+        c.s3_bucket = Some("kvtier".into());
+        let plain = c.validate().unwrap();
+        assert!(c.signs_payload(&plain), "auto signs over plain http");
+        let tls = cfg("s3://bucket").validate().unwrap();
+        assert!(
+            !c.signs_payload(&tls),
+            "auto leaves TLS connections unsigned"
+        );
+        c.s3_payload_signing = PayloadSigning::Unsigned;
+        assert!(!c.signs_payload(&plain));
+        c.s3_payload_signing = PayloadSigning::Signed;
+        assert!(c.signs_payload(&tls));
+        let parsed: S3Config = serde_json::from_str(
+            r#"{"s3_endpoint": "s3://b", "s3_region": "r", "s3_payload_signing": "unsigned", "s3_checksum": "crc32c"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (parsed.s3_payload_signing, parsed.s3_checksum),
+            (PayloadSigning::Unsigned, ChecksumMode::Crc32c)
+        );
+        assert!(serde_json::from_str::<S3Config>(
+            r#"{"s3_endpoint": "s3://b", "s3_region": "r", "s3_checksum": "md5"}"#
+        )
+        .is_err());
     }
 
     #[test]

@@ -23,12 +23,12 @@ use std::time::{Duration, Instant};
 
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
-use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
 pub use client::{build_client, ResolveAllTo, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
-pub use config::{AddressingStyle, ResolvedEndpoint, S3Config};
+pub use config::{AddressingStyle, ChecksumMode, PayloadSigning, ResolvedEndpoint, S3Config};
 
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
@@ -125,6 +125,10 @@ struct Shared {
     prefix: String,
     format: NameFormat,
     permits: Semaphore,
+    /// PUTs hash and sign their payload.
+    sign_payload: bool,
+    /// End-to-end CRC32C on PUT and GET.
+    crc32c: bool,
 }
 
 impl Shared {
@@ -208,6 +212,8 @@ impl S3Storage {
                 prefix: cfg.key_prefix(),
                 format,
                 permits: Semaphore::new(cfg.s3_num_io_threads),
+                sign_payload: cfg.signs_payload(&endpoint),
+                crc32c: cfg.s3_checksum == ChecksumMode::Crc32c,
             }),
             runtime: Some(runtime),
             handle,
@@ -296,13 +302,15 @@ async fn get_one(
     key: ObjectKey,
     mut buf: BytesMut,
 ) -> (BytesMut, Result<Fetched, BackendError>) {
-    let resp = shared
+    let mut req = shared
         .client
         .get_object()
         .bucket(&shared.bucket)
-        .key(shared.object_key(&key))
-        .send()
-        .await;
+        .key(shared.object_key(&key));
+    if shared.crc32c {
+        req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
+    }
+    let resp = req.send().await;
     let resp = match resp {
         Ok(r) => r,
         Err(e) => {
@@ -411,16 +419,22 @@ impl Storage for S3Storage {
             items,
             |shared, (key, data): (ObjectKey, Bytes)| async move {
                 let len = data.len() as i64;
-                let res = shared
+                let mut req = shared
                     .client
                     .put_object()
                     .bucket(&shared.bucket)
                     .key(shared.object_key(&key))
                     .content_type("application/octet-stream")
                     .content_length(len)
-                    .body(ByteStream::from(data))
-                    .send()
-                    .await;
+                    .body(ByteStream::from(data));
+                if shared.crc32c {
+                    req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
+                }
+                let res = if shared.sign_payload {
+                    req.send().await
+                } else {
+                    req.customize().disable_payload_signing().send().await
+                };
                 Item(res.map(|_| ()).map_err(|e| classify("put", e)))
             },
         );
@@ -616,6 +630,8 @@ impl Storage for S3Storage {
             "path_style": self.endpoint.force_path_style,
             "key_prefix": self.shared.prefix,
             "in_flight_bound": self.in_flight_bound,
+            "payload_signed": self.shared.sign_payload,
+            "checksum": if self.shared.crc32c { "crc32c" } else { "none" },
             "circuit_breaker": {
                 "state": self.breaker.name(),
                 "consecutive_failures": self.breaker.failures,

@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""One-run comparison of S3 clients against the same server, in alternation.
+
+Runs each client as its own process, in rounds (A B C … A B C …), so every client sees the
+same machine state on average and its CPU figure is its own process's user + system time
+for that phase only (not the server's). Clients:
+
+- `kvtier`: the full pipeline (`kvtier bench --client pipeline`: controller → S3 backend
+  actor → store / lookup+lock / load / unlock), every byte verified;
+- `raw`: plain concurrent aws-sdk-s3 PUT/GET (`kvtier bench --client raw-s3`), no actors;
+- `awscrt`: `bench/peer_awscrt.py`, LMCache's S3 data path rebuilt on awscrt's S3Client;
+- extra kvtier variants (`--variant name='{"s3_checksum": "crc32c"}'`): the pipeline with
+  these adapter fields changed.
+
+Every client uses the same objects sizes, counts and requests in flight, with distinct random
+payloads (Garage deduplicates identical blocks), and deletes its objects afterwards.
+
+Reads the adapter from $KVTIER_S3_ADAPTER (as `scripts/garage-local.sh` exports it) and prints
+a Markdown table of medians and min–max per phase, plus ratios of medians; `--json-out`
+also writes every raw result.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+MIB = 1024.0**2
+GIB = 1024.0**3
+
+
+def parse_size(s: str) -> int:
+    units = {"k": 1 << 10, "kib": 1 << 10, "m": 1 << 20, "mib": 1 << 20, "g": 1 << 30, "gib": 1 << 30}
+    s = s.strip().lower()
+    for u in sorted(units, key=len, reverse=True):
+        if s.endswith(u):
+            return int(float(s[: -len(u)]) * units[u])
+    return int(s)
+
+
+def parse_workload(w: str):
+    """`256x4MiB@16` → (chunks, chunk_size, in_flight)."""
+    count, rest = w.lower().split("x", 1)
+    size, conc = rest.split("@", 1)
+    return int(count), parse_size(size), int(conc)
+
+
+def run_json(cmd, env=None):
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    line = next((l for l in reversed(p.stdout.splitlines()) if l.startswith("{")), None)
+    if line is None:
+        raise RuntimeError(f"{cmd[0]} exited {p.returncode} without a report:\n{p.stderr[-2000:]}")
+    report = json.loads(line)
+    report["_exit"] = p.returncode
+    return report
+
+
+def phases_of(report):
+    out = {}
+    for ph in report["phases"]:
+        if ph["phase"] in ("store", "load") and ph["bytes"] > 0:
+            gib = ph["bytes"] / GIB
+            out[ph["phase"]] = {
+                "mib_s": ph["bytes"] / MIB / ph["seconds"],
+                "cpu_gib": ph["cpu_s"] / gib,
+            }
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Compare kvtier, raw aws-sdk-s3 and the awscrt peer.")
+    ap.add_argument("--kvtier", default="target/release/kvtier")
+    ap.add_argument("--python", default=sys.executable, help="python with awscrt installed")
+    ap.add_argument("--peer", default=os.path.join(os.path.dirname(__file__), "peer_awscrt.py"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--workload", action="append", help="CHUNKSxSIZE@INFLIGHT, e.g. 256x4MiB@16")
+    ap.add_argument("--clients", default="kvtier,raw,awscrt")
+    ap.add_argument("--set", default='{"s3_payload_signing": "unsigned"}',
+                    help="adapter fields for kvtier and raw (JSON object)")
+    ap.add_argument("--variant", action="append", default=[],
+                    help="NAME=JSON: an extra kvtier pipeline run with these adapter fields")
+    ap.add_argument("--json-out")
+    args = ap.parse_args()
+    workloads = [parse_workload(w) for w in (args.workload or ["256x4MiB@16", "2048x256KiB@32"])]
+
+    base = json.loads(os.environ["KVTIER_S3_ADAPTER"])
+    base.update(json.loads(args.set))
+    peer_env = dict(os.environ)
+    peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
+    peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
+
+    clients = args.clients.split(",")
+    variants = {}
+    for v in args.variant:
+        name, fields = v.split("=", 1)
+        variants[name] = json.loads(fields)
+        clients.append(name)
+
+    results = []
+    for chunks, size, in_flight in workloads:
+        wl = f"{chunks} x {size // 1024} KiB @ {in_flight}"
+        adapter = dict(base, s3_num_io_threads=in_flight)
+        batch = 16
+        # The pipeline submits 4x what the S3 layer lets through, so it is never starved.
+        submit = max(1, 4 * in_flight // batch)
+        common = ["--json", "--chunks", str(chunks), "--chunk-size", str(size),
+                  "--batch", str(batch), "--concurrency", str(submit)]
+        per = {c: [] for c in clients}
+        for rnd in range(args.rounds):
+            for c in clients:
+                if c == "awscrt":
+                    cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
+                           "--bucket", base["s3_bucket"], "--region", base["s3_region"],
+                           "--chunks", str(chunks), "--chunk-size", str(size),
+                           "--concurrency", str(in_flight)]
+                    rep = run_json(cmd, env=peer_env)
+                elif c == "raw":
+                    cmd = [args.kvtier, "bench", "--client", "raw-s3", *common,
+                           "--l2-adapter", json.dumps(adapter)]
+                    rep = run_json(cmd)
+                else:
+                    a = dict(adapter, **variants.get(c, {}))
+                    cmd = [args.kvtier, "bench", "--client", "pipeline", "--no-baseline",
+                           "--cleanup", *common, "--l2-adapter", json.dumps(a)]
+                    rep = run_json(cmd)
+                ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
+                ph = phases_of(rep)
+                per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib")})
+                print(f"[{wl}] round {rnd + 1} {c}: "
+                      + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
+                                  for k, v in ph.items())
+                      + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
+        results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
+                        "in_flight": in_flight, "runs": per})
+
+    print(f"\nrounds: {args.rounds}; kvtier/raw adapter fields: {args.set}\n")
+    for r in results:
+        print(f"### {r['workload']} (chunks x size @ requests in flight)\n")
+        print("| client | phase | MiB/s median (min–max) | CPU-s/GiB median (min–max) | peak RSS MiB | verified |")
+        print("|---|---|---|---|---|---|")
+        med = {}
+        for c, runs in r["runs"].items():
+            for phase in ("store", "load"):
+                xs = [x["phases"][phase]["mib_s"] for x in runs if phase in x["phases"]]
+                cs = [x["phases"][phase]["cpu_gib"] for x in runs if phase in x["phases"]]
+                if not xs:
+                    continue
+                med[(c, phase)] = (statistics.median(xs), statistics.median(cs))
+                rss = max((x["peak_rss_mib"] or 0) for x in runs)
+                print(f"| {c} | {phase} | {statistics.median(xs):.0f} ({min(xs):.0f}–{max(xs):.0f}) "
+                      f"| {statistics.median(cs):.2f} ({min(cs):.2f}–{max(cs):.2f}) | {rss:.0f} "
+                      f"| {all(x['ok'] for x in runs)} |")
+        print()
+        for phase in ("store", "load"):
+            k = med.get(("kvtier", phase))
+            if not k:
+                continue
+            parts = []
+            for other in ("raw", "awscrt"):
+                o = med.get((other, phase))
+                if o:
+                    parts.append(f"throughput vs {other} {k[0] / o[0]:.2f}x, CPU/GiB vs {other} {k[1] / o[1]:.2f}x")
+            print(f"- kvtier {phase}: " + "; ".join(parts))
+        print()
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump(results, f, indent=1)
+    bad = [(r["workload"], c) for r in results for c, runs in r["runs"].items() if not all(x["ok"] for x in runs)]
+    if bad:
+        print(f"unverified or failed runs: {bad}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
