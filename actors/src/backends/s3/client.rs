@@ -3,12 +3,9 @@
 use std::net::IpAddr;
 use std::time::Duration;
 
-use aws_smithy_runtime_api::client::dns::{DnsFuture, ResolveDns};
-
 use aws_config::BehaviorVersion;
 use aws_credential_types::Credentials;
 use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
-use aws_smithy_http_client::tls::{self, rustls_provider::CryptoMode, TlsContext, TrustStore};
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
@@ -22,50 +19,20 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
 pub const MAX_ATTEMPTS: u32 = 3;
 
-/// Resolves every host name to one address (like curl's `--resolve`): for virtual-host-style
-/// requests to test servers and private endpoints without DNS entries.
-#[derive(Debug, Clone, Copy)]
-pub struct ResolveAllTo(pub IpAddr);
-
-impl ResolveDns for ResolveAllTo {
-    fn resolve_dns<'a>(&'a self, _name: &'a str) -> DnsFuture<'a> {
-        DnsFuture::ready(Ok(vec![self.0]))
-    }
-}
-
 /// Builds a client. Must run inside a tokio runtime (the default credential chain is async).
-/// `resolve_to`, when given, replaces DNS for every host.
+/// `resolve_to`, when given, replaces DNS for every host (like curl's `--resolve`): for
+/// virtual-host-style requests to test servers and private endpoints without DNS entries.
 pub async fn build_client(
     cfg: &S3Config,
     ep: &ResolvedEndpoint,
     resolve_to: Option<IpAddr>,
 ) -> Result<aws_sdk_s3::Client, BackendError> {
-    let mut trust = TrustStore::default();
-    if let Some(path) = &cfg.s3_ca_bundle {
-        let pem = std::fs::read(path).map_err(|e| BackendError::Invalid {
-            reason: format!("s3_ca_bundle {}: {e}", path.display()),
-        })?;
-        trust = trust.with_pem_certificate(pem);
-    }
-    let tls_context = TlsContext::builder()
-        .with_trust_store(trust)
-        .build()
-        .map_err(|e| BackendError::Invalid {
-            reason: format!("TLS setup: {e}"),
-        })?;
-    // The default connector offers ALPN h2 then http/1.1 on TLS connections
-    // (s3_prefer_http2 = true); the HTTP/1.1-only connector offers http/1.1 alone.
-    let http = if cfg.s3_prefer_http2 || resolve_to.is_some() {
-        let b = aws_smithy_http_client::Builder::new()
-            .tls_provider(tls::Provider::Rustls(CryptoMode::AwsLc))
-            .tls_context(tls_context);
-        match resolve_to {
-            Some(ip) => b.build_with_resolver(ResolveAllTo(ip)),
-            None => b.build_https(),
-        }
-    } else {
-        super::http1::client(cfg.s3_ca_bundle.as_deref(), CONNECT_TIMEOUT)?
-    };
+    let http = super::http::client(
+        cfg.s3_ca_bundle.as_deref(),
+        CONNECT_TIMEOUT,
+        cfg.s3_prefer_http2,
+        resolve_to,
+    )?;
 
     let region = Region::new(cfg.s3_region.clone());
     let mut b = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {

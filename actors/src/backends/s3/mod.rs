@@ -15,7 +15,7 @@
 
 mod client;
 mod config;
-pub mod http1;
+pub mod http;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
-pub use client::{build_client, ResolveAllTo, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
+pub use client::{build_client, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{AddressingStyle, ChecksumMode, PayloadSigning, ResolvedEndpoint, S3Config};
 
 use crate::key::{NameFormat, ObjectKey};
@@ -179,7 +179,7 @@ impl S3Storage {
     }
 
     /// [`S3Storage::open`], with every host name resolved to `resolve_to` when given (see
-    /// [`ResolveAllTo`]).
+    /// [`build_client`]).
     pub async fn open_resolving(
         cfg: &S3Config,
         format: NameFormat,
