@@ -34,7 +34,9 @@ pub mod cli;
 pub mod config;
 pub mod tier;
 
-pub use config::{AdapterConfig, AdapterSpec, ConfigError, ConfigSources, TierConfig};
+pub use config::{
+    AdapterConfig, AdapterSpec, ConfigError, ConfigSources, FaultInjectSpec, TierConfig,
+};
 pub use kvtier_actors as actors;
 pub use kvtier_actors::{
     Bitmap, Delete, GetStatus, GetUsage, KeyPage, ListKeys, Load, LoadReport, LookupAndLock,
