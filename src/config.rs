@@ -547,12 +547,27 @@ pub fn redact(v: &mut Value) {
     }
 }
 
+/// Drops the source excerpt a TOML parse error quotes (`3 | token = "…"` and the `|` lines
+/// around it): the quoted line may hold a secret. The line and column numbers stay.
+fn without_source_lines(message: &str) -> String {
+    message
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            let after_digits = t.trim_start_matches(|c: char| c.is_ascii_digit());
+            !(t.starts_with('|')
+                || (after_digits.len() < t.len() && after_digits.starts_with(" |")))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Merges defaults, the file and the top-level environment variables with the `config` crate.
 fn merge_layers(file: Option<&Path>, env: &HashMap<String, String>) -> Result<Value, ConfigError> {
     use config::{Config, Environment, File, FileFormat};
     let file_err = |path: &Path, e: config::ConfigError| ConfigError::File {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: without_source_lines(&e.to_string()),
     };
     // Only the known top-level variables: other KVTIER_* names (KVTIER_LOG, test tooling) are
     // not configuration. Per-adapter overrides are applied by `apply_adapter_env`, after JSON

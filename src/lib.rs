@@ -7,6 +7,7 @@
 //!
 //! * [`config`]: the layered, strict configuration (TOML, environment, LMCache JSON).
 //! * [`tier`]: [`Tier::start`] assembles the actors from a configuration.
+//! * [`logging`]: a log filter that keeps dependencies from printing credentials.
 //! * [`kvtier_actors`] (re-exported as [`actors`]): keys, messages, actors and backends.
 //!
 //! ```no_run
@@ -32,6 +33,7 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod tier;
 
 pub use config::{
