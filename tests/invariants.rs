@@ -27,6 +27,7 @@ mod support;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
@@ -52,6 +53,9 @@ const MAX_OPS: usize = 1500;
 /// Full checks (listing, usage) every this many operations; the watermark check less often.
 const FULL_CHECK_EVERY: usize = 8;
 const WATERMARK_CHECK_EVERY: usize = 250;
+
+/// Faults injected over the cases of the `fault_inject` test (from its `status` counters).
+static FAULTS: AtomicU64 = AtomicU64::new(0);
 
 #[derive(Debug, Clone)]
 enum Op {
@@ -409,6 +413,8 @@ async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
         m.locks.clear();
         prop_assert_eq!(tier.status().await.unwrap().adapters[0].locked_keys, 0);
         watermark_check(&tier, &m, usize::MAX).await?;
+        let d = &tier.status().await.unwrap().adapters[0].details;
+        FAULTS.fetch_add(d["injected_total"].as_u64().unwrap_or(0), Ordering::Relaxed);
         Ok(())
     }
     .await;
@@ -441,6 +447,11 @@ fn check(backend: Backend) {
         "{backend:?}: {total} operations in {cases} cases, {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    if matches!(backend, Backend::FaultyMemory) {
+        let faults = FAULTS.load(Ordering::Relaxed);
+        eprintln!("{backend:?}: {faults} faults injected");
+        assert!(faults > 0, "the faulty backend injected faults");
+    }
     assert!(total >= 10_000, "{total} operations");
 }
 
