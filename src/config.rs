@@ -14,13 +14,14 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use kvtier_actors::backends::fault_inject::FaultInjectConfig;
 use kvtier_actors::backends::fs::FsConfig;
 use kvtier_actors::backends::hfbucket::HfBucketConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
 use kvtier_actors::backends::s3::S3Config;
 use kvtier_actors::config::{CommonConfig, FieldError};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
 /// Name of the file read from the working directory when `--config` is not given.
@@ -30,7 +31,7 @@ pub const ENV_PREFIX: &str = "KVTIER";
 /// Default period of the eviction actor's timer, in milliseconds.
 pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
 /// Adapter types known to this build.
-pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3", "hfbucket"];
+pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3", "hfbucket", "fault_inject"];
 /// Fields whose values are never printed.
 pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
 /// What a secret is printed as.
@@ -108,6 +109,55 @@ pub enum AdapterSpec {
     /// `type = "hfbucket"`.
     #[serde(rename = "hfbucket")]
     HfBucket(HfBucketConfig),
+    /// `type = "fault_inject"`: another adapter with injected faults.
+    #[serde(rename = "fault_inject")]
+    FaultInject(FaultInjectSpec),
+}
+
+/// A `fault_inject` adapter: the faults, and the adapter they are injected into.
+///
+/// The wrapped adapter (`inner`) is parsed with the same strict rules as a top-level adapter
+/// (errors name `inner.<field>`), and may itself be a `fault_inject`. It must not set the
+/// common fields (`max_capacity_gb`, `eviction`, `object_name_format`): the `fault_inject`
+/// adapter's own apply, to the accounting and to the wrapped store's object names.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FaultInjectSpec {
+    /// Which faults to inject, how often, and the seed.
+    pub faults: FaultInjectConfig,
+    /// The wrapped adapter (its `common` fields are always the defaults).
+    pub inner: Box<AdapterConfig>,
+}
+
+impl FaultInjectSpec {
+    /// Wraps `inner` with `faults`.
+    pub fn new(inner: AdapterSpec, faults: FaultInjectConfig) -> Self {
+        Self {
+            faults,
+            inner: Box::new(AdapterConfig {
+                common: CommonConfig::default(),
+                spec: inner,
+            }),
+        }
+    }
+}
+
+impl Serialize for FaultInjectSpec {
+    /// The fault fields, plus `inner` as the wrapped adapter's redacted JSON (without the common
+    /// fields, so the output parses back).
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut v = serde_json::to_value(&self.faults).map_err(serde::ser::Error::custom)?;
+        if let Value::Object(m) = &mut v {
+            let mut inner = self.inner.to_redacted_json();
+            // The common fields belong to the wrapper; the inner adapter must not repeat them.
+            if let Value::Object(i) = &mut inner {
+                for f in CommonConfig::FIELDS {
+                    i.remove(f);
+                }
+            }
+            m.insert("inner".into(), inner);
+        }
+        v.serialize(s)
+    }
 }
 
 impl AdapterSpec {
@@ -118,6 +168,7 @@ impl AdapterSpec {
             AdapterSpec::Fs(_) => "fs",
             AdapterSpec::S3(_) => "s3",
             AdapterSpec::HfBucket(_) => "hfbucket",
+            AdapterSpec::FaultInject(_) => "fault_inject",
         }
     }
 }
@@ -145,6 +196,14 @@ impl AdapterConfig {
         Self {
             common: CommonConfig::default(),
             spec: AdapterSpec::Fs(FsConfig::new(base_path)),
+        }
+    }
+
+    /// A `fault_inject` adapter wrapping `inner` (with default common fields).
+    pub fn fault_inject(inner: AdapterSpec, faults: FaultInjectConfig) -> Self {
+        Self {
+            common: CommonConfig::default(),
+            spec: AdapterSpec::FaultInject(FaultInjectSpec::new(inner, faults)),
         }
     }
 
@@ -348,6 +407,11 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
         }
     }
     let field_err = |e: FieldError| err(&kind, &e.field, e.message);
+    let inner = if kind == "fault_inject" {
+        obj.remove("inner")
+    } else {
+        None
+    };
     let common: CommonConfig =
         strict(Value::Object(common_obj)).map_err(|(f, m)| err(&kind, &f, m))?;
     common.validate().map_err(field_err)?;
@@ -369,6 +433,14 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
             c.validate().map_err(field_err)?;
             AdapterSpec::HfBucket(c)
         }
+        "fault_inject" => {
+            let c: FaultInjectConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
+            c.validate().map_err(field_err)?;
+            AdapterSpec::FaultInject(FaultInjectSpec {
+                faults: c,
+                inner: Box::new(parse_inner(index, inner)?),
+            })
+        }
         other => {
             return Err(err(
                 other,
@@ -381,6 +453,44 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
         }
     };
     Ok(AdapterConfig { common, spec })
+}
+
+/// Parses the `inner` adapter of a `fault_inject` adapter: strictly, like a top-level adapter,
+/// with errors naming `inner.<field>`.
+fn parse_inner(index: usize, inner: Option<Value>) -> Result<AdapterConfig, ConfigError> {
+    let err = |field: String, message: String| ConfigError::Adapter {
+        index,
+        kind: "fault_inject".into(),
+        field,
+        message,
+    };
+    let Some(inner) = inner else {
+        return Err(err(
+            "inner".into(),
+            "missing field `inner` (the wrapped adapter's config object)".into(),
+        ));
+    };
+    let Value::Object(obj) = &inner else {
+        return Err(err(
+            "inner".into(),
+            format!(
+                "must be an adapter object like {{\"type\": \"memory\"}}, got {}",
+                type_name(&inner)
+            ),
+        ));
+    };
+    if let Some(f) = CommonConfig::FIELDS.iter().find(|f| obj.contains_key(**f)) {
+        return Err(err(
+            format!("inner.{f}"),
+            "set it on the fault_inject adapter itself, whose capacity, eviction and \
+             object_name_format apply to the wrapped store"
+                .into(),
+        ));
+    }
+    parse_adapter(index, inner).map_err(|e| match e {
+        ConfigError::Adapter { field, message, .. } => err(format!("inner.{field}"), message),
+        other => other,
+    })
 }
 
 /// Deserializes strictly, returning `(field path, message)` on error, with secret values hidden.
@@ -437,12 +547,27 @@ pub fn redact(v: &mut Value) {
     }
 }
 
+/// Drops the source excerpt a TOML parse error quotes (`3 | token = "…"` and the `|` lines
+/// around it): the quoted line may hold a secret. The line and column numbers stay.
+fn without_source_lines(message: &str) -> String {
+    message
+        .lines()
+        .filter(|l| {
+            let t = l.trim_start();
+            let after_digits = t.trim_start_matches(|c: char| c.is_ascii_digit());
+            !(t.starts_with('|')
+                || (after_digits.len() < t.len() && after_digits.starts_with(" |")))
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Merges defaults, the file and the top-level environment variables with the `config` crate.
 fn merge_layers(file: Option<&Path>, env: &HashMap<String, String>) -> Result<Value, ConfigError> {
     use config::{Config, Environment, File, FileFormat};
     let file_err = |path: &Path, e: config::ConfigError| ConfigError::File {
         path: path.display().to_string(),
-        message: e.to_string(),
+        message: without_source_lines(&e.to_string()),
     };
     // Only the known top-level variables: other KVTIER_* names (KVTIER_LOG, test tooling) are
     // not configuration. Per-adapter overrides are applied by `apply_adapter_env`, after JSON

@@ -7,6 +7,7 @@
 //!
 //! * [`config`]: the layered, strict configuration (TOML, environment, LMCache JSON).
 //! * [`tier`]: [`Tier::start`] assembles the actors from a configuration.
+//! * [`logging`]: a log filter that keeps dependencies from printing credentials.
 //! * [`kvtier_actors`] (re-exported as [`actors`]): keys, messages, actors and backends.
 //!
 //! ```no_run
@@ -32,9 +33,12 @@
 pub mod bench;
 pub mod cli;
 pub mod config;
+pub mod logging;
 pub mod tier;
 
-pub use config::{AdapterConfig, AdapterSpec, ConfigError, ConfigSources, TierConfig};
+pub use config::{
+    AdapterConfig, AdapterSpec, ConfigError, ConfigSources, FaultInjectSpec, TierConfig,
+};
 pub use kvtier_actors as actors;
 pub use kvtier_actors::{
     Bitmap, Delete, GetStatus, GetUsage, KeyPage, ListKeys, Load, LoadReport, LookupAndLock,

@@ -5,8 +5,11 @@ use clap::Parser;
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("KVTIER_LOG")
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+            // Dependencies that print credentials at DEBUG/TRACE stay capped (kvtier::logging).
+            std::env::var("KVTIER_LOG")
+                .ok()
+                .and_then(|spec| kvtier::logging::env_filter(&spec).ok())
+                .unwrap_or_else(|| tracing_subscriber::EnvFilter::new("warn")),
         )
         .with_writer(std::io::stderr)
         .init();

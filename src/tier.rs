@@ -6,10 +6,13 @@
 //! to every backend's usage events. Hosts talk to [`Tier::controller`] with the messages of
 //! [`kvtier_actors::messages`], or use the typed helpers here.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::time::Duration;
 
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
+use kvtier_actors::backends::fault_inject::FaultInjectStorage;
 use kvtier_actors::backends::fs::FsStorage;
 use kvtier_actors::backends::hfbucket::HfStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
@@ -18,11 +21,11 @@ use kvtier_actors::config::EvictionPolicy;
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
-    EvictionActor, EvictionStats, EvictionTarget, LoadReport, ObjectKey, StatusReport,
+    EvictionActor, EvictionStats, EvictionTarget, LoadReport, NameFormat, ObjectKey, StatusReport,
     StopController, Storage, StoreReport, SubscribeEvents, TierEvent, UsageEvent, UsageReport,
 };
 
-use crate::config::{AdapterSpec, TierConfig};
+use crate::config::{AdapterSpec, FaultInjectSpec, TierConfig};
 
 /// Why the runtime did not start.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +119,12 @@ impl Tier {
                 AdapterSpec::Fs(c) => spawn(
                     index,
                     FsStorage::open(c, format).map_err(fail)?,
+                    capacity,
+                    subscribers,
+                ),
+                AdapterSpec::FaultInject(f) => spawn(
+                    index,
+                    open_fault_inject(f, format, capacity).await.map_err(fail)?,
                     capacity,
                     subscribers,
                 ),
@@ -223,6 +232,42 @@ impl Tier {
             a.stop();
         }
     }
+}
+
+/// Opens a `fault_inject` adapter: its inner store first (with the outer adapter's name format
+/// and capacity), then the wrapper.
+async fn open_fault_inject(
+    spec: &FaultInjectSpec,
+    format: NameFormat,
+    capacity: u64,
+) -> Result<FaultInjectStorage, BackendError> {
+    let inner = open_boxed(&spec.inner.spec, format, capacity)
+        .await
+        .map_err(|e| BackendError::Io {
+            op: "open",
+            message: format!("inner {} adapter: {e}", spec.inner.spec.kind()),
+        })?;
+    Ok(FaultInjectStorage::new(inner, &spec.faults))
+}
+
+type BoxedStorage = Box<dyn Storage + Send>;
+
+/// Opens any adapter's storage behind a box (for wrappers, whose inner type is only known at
+/// run time).
+fn open_boxed(
+    spec: &AdapterSpec,
+    format: NameFormat,
+    capacity: u64,
+) -> Pin<Box<dyn Future<Output = Result<BoxedStorage, BackendError>> + '_>> {
+    Box::pin(async move {
+        Ok(match spec {
+            AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as BoxedStorage,
+            AdapterSpec::Fs(c) => Box::new(FsStorage::open(c, format)?),
+            AdapterSpec::S3(c) => Box::new(S3Storage::open(c, format, capacity).await?),
+            AdapterSpec::HfBucket(c) => Box::new(HfStorage::open(c, format, capacity)?),
+            AdapterSpec::FaultInject(f) => Box::new(open_fault_inject(f, format, capacity).await?),
+        })
+    })
 }
 
 fn spawn<S: Storage + Send>(

@@ -317,3 +317,153 @@ fn secrets_are_redacted() {
     assert!(!s.contains("hunter2") && !s.contains("hf_abc"), "{s}");
     assert!(s.contains(REDACTED));
 }
+
+#[test]
+fn fault_inject_parses_its_inner_adapter_strictly() {
+    let c = load(
+        None,
+        &[("KVTIER_ADAPTERS__0__INNER__FSYNC", "true")],
+        &[r#"{"type": "fault_inject", "max_capacity_gb": 1, "seed": 9,
+              "error_rates": {"put": 0.1, "get": 0.2},
+              "latency_ms": {"all": 5, "get": 20},
+              "drop_reply_rate": 0.01, "reply_timeout_ms": 500,
+              "fail_every_nth_item": 10, "corrupt_size_rate": 0.001,
+              "inner": {"type": "fs", "base_path": "/kv"}}"#],
+    )
+    .unwrap();
+    let a = &c.adapters[0];
+    assert_eq!(a.spec.kind(), "fault_inject");
+    assert_eq!(a.common.max_capacity_gb, 1.0);
+    let AdapterSpec::FaultInject(f) = &a.spec else {
+        panic!("{a:?}")
+    };
+    assert_eq!(f.faults.seed, Some(9));
+    assert_eq!(
+        (f.faults.error_rates.put, f.faults.error_rates.get),
+        (0.1, 0.2)
+    );
+    assert_eq!(f.faults.latency_ms.of("get"), 20);
+    assert_eq!(f.faults.latency_ms.of("remove"), 5);
+    assert_eq!(f.faults.reply_timeout_ms, 500);
+    match &f.inner.spec {
+        AdapterSpec::Fs(fs) => assert!(fs.fsync, "env override reached the inner adapter"),
+        other => panic!("{other:?}"),
+    }
+    // Nested wrappers, and the inner secrets are redacted in the resolved JSON.
+    let c = load(
+        None,
+        &[],
+        &[r#"{"type": "fault_inject", "inner": {"type": "fault_inject",
+              "inner": {"type": "s3", "s3_endpoint": "http://127.0.0.1:9", "s3_bucket": "kv-bucket",
+                        "s3_region": "r", "disable_tls": true,
+                        "aws_access_key_id": "AKIDFAULT", "aws_secret_access_key": "SECRETFAULT"}}}"#],
+    )
+    .unwrap();
+    let json = c.to_redacted_json();
+    let text = json.to_string();
+    assert!(
+        !text.contains("SECRETFAULT") && !text.contains("AKIDFAULT"),
+        "{text}"
+    );
+    assert_eq!(json["adapters"][0]["inner"]["inner"]["type"], "s3");
+    assert_eq!(
+        json["adapters"][0]["inner"]["inner"]["aws_secret_access_key"],
+        REDACTED
+    );
+    assert_eq!(json["adapters"][0]["type"], "fault_inject");
+}
+
+#[test]
+fn fault_inject_errors_name_the_field() {
+    let cases: &[(&str, &str, &str)] = &[
+        (
+            r#"{"type": "fault_inject"}"#,
+            "inner",
+            "missing field `inner` (the wrapped adapter's config object)",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": "memory"}"#,
+            "inner",
+            r#"must be an adapter object like {"type": "memory"}, got a string"#,
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "fs"}}"#,
+            "inner.base_path",
+            "missing field `base_path`",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory", "x": 1}}"#,
+            "inner.x",
+            "unknown field `x`, there are no fields",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "nfs"}}"#,
+            "inner.type",
+            r#"unknown adapter type "nfs"; expected one of memory, fs, s3, hfbucket, fault_inject"#,
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory", "max_capacity_gb": 1}}"#,
+            "inner.max_capacity_gb",
+            "set it on the fault_inject adapter itself, whose capacity, eviction and object_name_format apply to the wrapped store",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "fault_inject", "inner": {"type": "fs", "base_path": "/x", "fsync": "yes"}}}"#,
+            "inner.inner.fsync",
+            r#"invalid type: string "yes", expected a boolean"#,
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "error_rates": {"put": 1.5}}"#,
+            "error_rates.put",
+            "must be in [0, 1], got 1.5",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "error_rates": {"write": 0.5}}"#,
+            "error_rates.write",
+            "unknown field `write`, expected one of `put`, `head`, `get`, `remove`, `list`",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "drop_reply_rate": -0.1}"#,
+            "drop_reply_rate",
+            "must be in [0, 1], got -0.1",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "corrupt_size_rate": 2}"#,
+            "corrupt_size_rate",
+            "must be in [0, 1], got 2",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "latency_ms": {"get": 600001}}"#,
+            "latency_ms.get",
+            "must be at most 600000 ms, got 600001",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "reply_timeout_ms": 0}"#,
+            "reply_timeout_ms",
+            "must be at least 1 ms",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory"}, "seed": "abc"}"#,
+            "seed",
+            r#"invalid type: string "abc", expected u64"#,
+        ),
+    ];
+    for (json, field, message) in cases {
+        let (i, k, f, m) = adapter_err(load(None, &[], &[json]));
+        assert_eq!(
+            (i, k.as_str(), f.as_str(), m.as_str()),
+            (0, "fault_inject", *field, *message),
+            "{json}"
+        );
+    }
+}
+
+#[test]
+fn fault_inject_resolved_json_parses_back() {
+    let json = r#"{"type": "fault_inject", "max_capacity_gb": 2, "seed": 5,
+        "error_rates": {"get": 0.5}, "inner": {"type": "fault_inject", "latency_ms": {"all": 3},
+        "inner": {"type": "fs", "base_path": "/kv", "fsync": true}}}"#;
+    let c = load(None, &[], &[json]).unwrap();
+    let resolved = c.adapters[0].to_redacted_json().to_string();
+    let again = load(None, &[], &[&resolved]).unwrap();
+    assert_eq!(again.adapters, c.adapters, "{resolved}");
+}

@@ -3,7 +3,8 @@
 //! It owns everything the semantics define, so every backend behaves the same way:
 //! lock reference counts, the usage ledger (total and per cache salt), the set of keys being
 //! deleted (a lookup never locks a key whose deletion is under way, and a store to it is refused
-//! until the deletion ends), and the usage events it publishes. Storage I/O runs concurrently;
+//! until the deletion ends), the keys being stored (a delete or an eviction skips a key whose
+//! write is under way, so the two never race in the store), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state in the completion closure, on the actor's own
 //! thread, so no lock is ever needed.
 
@@ -75,6 +76,8 @@ pub struct BackendActor<S: Storage> {
     locks: KeyMap<u32>,
     ledger: Ledger,
     deleting: KeySet,
+    /// Keys with a write in flight, and how many.
+    storing: KeyMap<u32>,
     subscribers: Vec<Recipient<UsageEvent>>,
 }
 
@@ -94,6 +97,7 @@ impl<S: Storage> BackendActor<S> {
             locks: KeyMap::default(),
             ledger: Ledger::default(),
             deleting: KeySet::default(),
+            storing: KeyMap::default(),
             subscribers,
         }
     }
@@ -157,6 +161,15 @@ impl<S: Storage> BackendActor<S> {
         }
     }
 
+    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
+    /// deleted, and not being written (a removal racing a write could delete the new object
+    /// while the ledger keeps it, or the reverse).
+    fn removable(&self, key: &ObjectKey) -> bool {
+        !self.locks.contains_key(key)
+            && !self.deleting.contains(key)
+            && !self.storing.contains_key(key)
+    }
+
     fn finish_store(
         &mut self,
         keys: Vec<ObjectKey>,
@@ -165,6 +178,14 @@ impl<S: Storage> BackendActor<S> {
         mut outcome: StoreOutcome,
     ) -> StoreOutcome {
         self.observe_health(&results);
+        for key in &keys {
+            if let Some(n) = self.storing.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.storing.remove(key);
+                }
+            }
+        }
         let mut ok_keys = Vec::with_capacity(keys.len());
         let mut ok_sizes = Vec::with_capacity(keys.len());
         for ((key, size), res) in keys.into_iter().zip(sizes).zip(results) {
@@ -378,6 +399,9 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
                 adapters: vec![(self.index, outcome)],
             });
         }
+        for key in &keys {
+            *self.storing.entry(key.clone()).or_default() += 1;
+        }
         let io = self.storage.put(items);
         self.respond(io, move |results, act| StoreReport {
             adapters: vec![(act.index, act.finish_store(keys, sizes, results, outcome))],
@@ -536,7 +560,7 @@ impl<S: Storage> Handler<Delete> for BackendActor<S> {
         let keys: Vec<ObjectKey> = msg
             .keys
             .into_iter()
-            .filter(|k| !self.locks.contains_key(k) && !self.deleting.contains(k))
+            .filter(|k| self.removable(k))
             .filter(|k| seen.insert(k.clone()))
             .collect();
         let index = self.index;
@@ -554,7 +578,7 @@ impl<S: Storage> Handler<Evict> for BackendActor<S> {
         let keys: Vec<ObjectKey> = msg
             .candidates
             .into_iter()
-            .filter(|k| !self.locks.contains_key(k) && !self.deleting.contains(k))
+            .filter(|k| self.removable(k))
             .filter(|k| seen.insert(k.clone()))
             .take(msg.count)
             .collect();

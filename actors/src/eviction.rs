@@ -52,7 +52,10 @@ pub struct EvictionStats {
 
 struct Tracked {
     target: EvictionTarget,
-    lru: LruCache<ObjectKey, u64, BuildDigestHasher>,
+    /// Per key: its size, and the stamp of the store event that last set it.
+    lru: LruCache<ObjectKey, (u64, u64), BuildDigestHasher>,
+    /// The next store stamp.
+    stamp: u64,
     used: u64,
     evict: Option<Recipient<Evict>>,
     in_flight: bool,
@@ -61,7 +64,7 @@ struct Tracked {
 
 impl Tracked {
     fn forget(&mut self, key: &ObjectKey) -> Option<u64> {
-        let size = self.lru.pop(key)?;
+        let (size, _) = self.lru.pop(key)?;
         self.used = self.used.saturating_sub(size);
         Some(size)
     }
@@ -91,6 +94,7 @@ impl EvictionActor {
                     Tracked {
                         target: t,
                         lru: LruCache::unbounded_with_hasher(BuildDigestHasher::default()),
+                        stamp: 0,
                         used: 0,
                         evict: None,
                         in_flight: false,
@@ -114,7 +118,7 @@ impl EvictionActor {
         if count == 0 {
             return;
         }
-        let (candidates, sizes): (Vec<ObjectKey>, KeyMap<u64>) = t
+        let (candidates, sizes): (Vec<ObjectKey>, KeyMap<(u64, u64)>) = t
             .lru
             .iter()
             .rev()
@@ -135,10 +139,16 @@ impl EvictionActor {
                 let removed = res.unwrap_or_default();
                 for key in &removed {
                     // The backend's Deleted event may still be queued; account now so the
-                    // next check sees the new usage.
-                    t.forget(key);
+                    // next check sees the new usage. But the key may have been removed and
+                    // stored again while this reply was on its way (its Deleted and then its
+                    // Stored event already seen): forget it only if no store event refreshed
+                    // it since the round began, or the new object would go untracked.
+                    let (size, stamp) = sizes.get(key).copied().unwrap_or_default();
+                    if t.lru.peek(key).is_some_and(|(_, now)| *now == stamp) {
+                        t.forget(key);
+                    }
                     t.stats.evicted_keys += 1;
-                    t.stats.evicted_bytes += sizes.get(key).copied().unwrap_or(0);
+                    t.stats.evicted_bytes += size;
                 }
                 if !removed.is_empty() {
                     act.check(adapter, ctx);
@@ -192,7 +202,8 @@ impl Handler<UsageEvent> for EvictionActor {
         match msg.kind {
             UsageEventKind::Stored { keys, sizes } => {
                 for (key, size) in keys.into_iter().zip(sizes) {
-                    if let Some(old) = t.lru.put(key, size) {
+                    t.stamp += 1;
+                    if let Some((old, _)) = t.lru.put(key, (size, t.stamp)) {
                         t.used = t.used.saturating_sub(old);
                     }
                     t.used += size;

@@ -313,6 +313,10 @@ impl ObjectKey {
                 if g.is_empty() || g.len() > 8 || !is_lower_hex(g) {
                     return Err(bad("object_group_id is not lowercase hex"));
                 }
+                if g.len() > 1 && g.starts_with('0') {
+                    // One key, one name: `{:x}` never writes leading zeros.
+                    return Err(bad("object_group_id has leading zeros"));
+                }
                 let g =
                     u32::from_str_radix(g, 16).map_err(|_| bad("object_group_id is not hex"))?;
                 (g, parts[3])
@@ -497,6 +501,19 @@ mod tests {
                 "{name}"
             );
         }
+    }
+
+    #[test]
+    fn grouped_names_are_canonical() {
+        assert!(ObjectKey::parse("llama@000000ff@1a@00", NameFormat::Grouped).is_ok());
+        assert!(ObjectKey::parse("llama@000000ff@0@00", NameFormat::Grouped).is_ok());
+        assert_eq!(
+            ObjectKey::parse("llama@000000ff@01a@00", NameFormat::Grouped)
+                .unwrap_err()
+                .to_string(),
+            "object name \"llama@000000ff@01a@00\" is not a grouped object name: \
+             object_group_id has leading zeros"
+        );
     }
 
     #[test]

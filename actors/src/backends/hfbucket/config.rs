@@ -55,6 +55,42 @@ fn default_workers() -> usize {
     4
 }
 
+/// Why a bucket handle was rejected. The handle is quoted (trimmed, at most 200 characters).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandleError {
+    /// It does not start with `hf://buckets/`.
+    #[error("{handle:?} must start with \"hf://buckets/\"")]
+    Scheme {
+        /// The handle.
+        handle: String,
+    },
+    /// It lacks a namespace or a bucket.
+    #[error(
+        "{handle:?} must name a namespace and a bucket: hf://buckets/<namespace>/<bucket>[/<prefix>]"
+    )]
+    Incomplete {
+        /// The handle.
+        handle: String,
+    },
+    /// A segment is `.` or `..`.
+    #[error("{handle:?} must not contain '.' or '..' segments")]
+    DotSegment {
+        /// The handle.
+        handle: String,
+    },
+    /// The namespace or the bucket has a character outside `A-Z a-z 0-9 - _ .` (they go into
+    /// URLs verbatim).
+    #[error("{handle:?}: the {part} {name:?} may only contain A-Z a-z 0-9 '-' '_' '.'")]
+    BadName {
+        /// The handle.
+        handle: String,
+        /// `namespace` or `bucket`.
+        part: &'static str,
+        /// The rejected name.
+        name: String,
+    },
+}
+
 /// A parsed bucket handle.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BucketHandle {
@@ -68,25 +104,32 @@ pub struct BucketHandle {
 
 impl BucketHandle {
     /// Parses `hf://buckets/<ns>/<bucket>[/<prefix>]`: whitespace trimmed, empty segments
-    /// dropped, at least a namespace and a bucket.
-    pub fn parse(handle: &str) -> Result<Self, String> {
+    /// dropped, at least a namespace and a bucket, which may only use `A-Z a-z 0-9 - _ .`.
+    pub fn parse(handle: &str) -> Result<Self, HandleError> {
         let h = handle.trim();
+        let quoted = || h.chars().take(200).collect::<String>();
         let rest = h
             .strip_prefix(HANDLE_SCHEME)
-            .ok_or_else(|| format!("{h:?} must start with {HANDLE_SCHEME:?}"))?;
+            .ok_or_else(|| HandleError::Scheme { handle: quoted() })?;
         let segs: Vec<&str> = rest
             .split('/')
             .map(str::trim)
             .filter(|s| !s.is_empty())
             .collect();
         if segs.len() < 2 {
-            return Err(format!(
-                "{h:?} must name a namespace and a bucket: hf://buckets/<namespace>/<bucket>[/<prefix>]"
-            ));
+            return Err(HandleError::Incomplete { handle: quoted() });
         }
-        for s in &segs {
-            if *s == "." || *s == ".." {
-                return Err(format!("{h:?} must not contain '.' or '..' segments"));
+        if segs.iter().any(|s| *s == "." || *s == "..") {
+            return Err(HandleError::DotSegment { handle: quoted() });
+        }
+        for (part, name) in [("namespace", segs[0]), ("bucket", segs[1])] {
+            let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+            if !name.chars().all(ok) {
+                return Err(HandleError::BadName {
+                    handle: quoted(),
+                    part,
+                    name: name.chars().take(200).collect(),
+                });
             }
         }
         Ok(Self {
@@ -130,7 +173,7 @@ impl HfBucketConfig {
     /// Checks every field and parses the handle.
     pub fn validate(&self) -> Result<BucketHandle, FieldError> {
         let handle = BucketHandle::parse(&self.bucket_handle)
-            .map_err(|m| FieldError::new("bucket_handle", m))?;
+            .map_err(|e| FieldError::new("bucket_handle", e.to_string()))?;
         let t = self.metadata_cache_ttl_secs;
         if !(t.is_finite() && t >= 0.0) {
             return Err(FieldError::new(

@@ -1,0 +1,580 @@
+//! The `fault_inject` backend: wraps another adapter's storage and injects faults, for tests and
+//! for users rehearsing outages.
+//!
+//! Faults, each off by default (see [`FaultInjectConfig`]):
+//!
+//! * **errors**: each item of a `put`/`head`/`get`/`remove` batch (each `list` call) fails with
+//!   probability `error_rates.<op>`; the item never reaches the inner store, so a failed write
+//!   wrote nothing and a failed remove removed nothing.
+//! * **partial batches**: with `fail_every_nth_item = n`, items `n, 2n, …` of every batch fail
+//!   the same way (deterministic, independent of the seed).
+//! * **latency**: `latency_ms` delays the reply with a timer on the actor's arbiter; no thread is
+//!   blocked, and the actor keeps serving other messages meanwhile.
+//! * **dropped replies**: with probability `drop_reply_rate` per call, the inner store does the
+//!   work but the reply is lost. The call never resolves on its own: after `reply_timeout_ms`
+//!   (counted from the call) it fails, every item with [`BackendError::Connection`] (which a
+//!   caller cannot tell from a network timeout, and which counts toward circuit breakers). A
+//!   write may therefore have landed although it was reported failed, as with a real timeout;
+//!   the inner work is cancelled if it is still running when the timeout fires. A dropped `get`
+//!   hands back fresh zeroed buffers of the same lengths.
+//! * **corrupted sizes**: with probability `corrupt_size_rate` per item, a `head` reports the
+//!   object's size + 1 and a `get` answers [`Fetched::SizeMismatch`] without reading (the
+//!   buffer stays untouched).
+//!
+//! Faults are drawn from a [`SmallRng`] seeded with `seed` (drawn at start when absent and
+//! reported in `status`), in request order, so one seed and one request sequence reproduce the
+//! same faults. Start-up index recovery, `observe`, health and `close` pass straight through.
+//! `details()` reports the inner adapter's details and a counter per fault kind and operation.
+//!
+//! The inner storage is a `Box<dyn Storage + Send>` rather than a type parameter: which store is
+//! wrapped (and whether it is itself a `fault_inject`) is only known from the configuration at
+//! run time, and [`Storage`] is object-safe for this reason. The cost is one virtual call per
+//! batch, which is nothing next to the I/O behind it.
+
+mod config;
+
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+pub use config::{FaultInjectConfig, Latency, PerOp, MAX_MS, OPS};
+
+use crate::key::ObjectKey;
+use crate::messages::KeyPage;
+use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
+
+/// Counters of the faults injected, per kind and operation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct FaultCounters {
+    /// Items (calls for `list`) failed by `error_rates`.
+    pub errors: PerOp<u64>,
+    /// Items failed by `fail_every_nth_item`.
+    pub nth_item_failures: PerOp<u64>,
+    /// Calls whose reply was dropped (each failed after `reply_timeout_ms`).
+    pub dropped_replies: PerOp<u64>,
+    /// Items selected for a corrupted size (`head` and `get` only).
+    pub corrupted_sizes: PerOp<u64>,
+    /// Calls whose reply was delayed by `latency_ms`.
+    pub delayed: PerOp<u64>,
+}
+
+impl FaultCounters {
+    /// Faults injected in total (errors, partial-batch failures, dropped replies and corrupted
+    /// sizes; delays are not counted).
+    pub fn total(&self) -> u64 {
+        [
+            self.errors,
+            self.nth_item_failures,
+            self.dropped_replies,
+            self.corrupted_sizes,
+        ]
+        .iter()
+        .flat_map(|p| p.named())
+        .map(|(_, n)| n)
+        .sum()
+    }
+}
+
+fn slot<'a, T>(p: &'a mut PerOp<T>, op: &str) -> &'a mut T {
+    match op {
+        "put" => &mut p.put,
+        "head" => &mut p.head,
+        "get" => &mut p.get,
+        "remove" => &mut p.remove,
+        _ => &mut p.list,
+    }
+}
+
+/// What happens to one item of a batch.
+enum Fate {
+    /// Sent to the inner store.
+    Forward,
+    /// Sent to the inner store; its size is corrupted on the way back (`head`).
+    ForwardCorrupt,
+    /// Not sent: fails with this error.
+    Fail(BackendError),
+    /// Not sent: its size is reported wrong (`get`).
+    Corrupt,
+}
+
+/// Storage that injects faults into another. See the module docs.
+pub struct FaultInjectStorage {
+    inner: Box<dyn Storage + Send>,
+    cfg: FaultInjectConfig,
+    seed: u64,
+    rng: SmallRng,
+    counters: FaultCounters,
+}
+
+impl FaultInjectStorage {
+    /// Wraps `inner` with the faults of `cfg` (already validated).
+    pub fn new(inner: Box<dyn Storage + Send>, cfg: &FaultInjectConfig) -> Self {
+        let seed = cfg.seed.unwrap_or_else(rand::random);
+        Self {
+            inner,
+            cfg: cfg.clone(),
+            seed,
+            rng: SmallRng::seed_from_u64(seed),
+            counters: FaultCounters::default(),
+        }
+    }
+
+    /// The faults injected so far.
+    pub fn counters(&self) -> FaultCounters {
+        self.counters
+    }
+
+    /// The seed in use.
+    pub fn seed(&self) -> u64 {
+        self.seed
+    }
+
+    fn draw(&mut self, p: f64) -> bool {
+        p > 0.0 && self.rng.gen_bool(p)
+    }
+
+    /// Decides the fate of each of `n` items of an `op` batch. `corrupt` is the fate of an item
+    /// chosen for size corruption (`None`: the operation has no sizes to corrupt).
+    fn plan(&mut self, op: &'static str, n: usize, corrupt: Option<fn() -> Fate>) -> Vec<Fate> {
+        let rate = self
+            .cfg
+            .error_rates
+            .named()
+            .iter()
+            .find(|(o, _)| *o == op)
+            .map_or(0.0, |(_, r)| *r);
+        let nth = self.cfg.fail_every_nth_item as usize;
+        (0..n)
+            .map(|i| {
+                if nth > 0 && (i + 1) % nth == 0 {
+                    *slot(&mut self.counters.nth_item_failures, op) += 1;
+                    return Fate::Fail(BackendError::Io {
+                        op,
+                        message: format!(
+                            "injected fault: item {} of the batch (fail_every_nth_item = {nth})",
+                            i + 1
+                        ),
+                    });
+                }
+                if self.draw(rate) {
+                    *slot(&mut self.counters.errors, op) += 1;
+                    return Fate::Fail(BackendError::Io {
+                        op,
+                        message: format!("injected fault (error_rates.{op} = {rate})"),
+                    });
+                }
+                if let Some(make) = corrupt {
+                    if self.draw(self.cfg.corrupt_size_rate) {
+                        *slot(&mut self.counters.corrupted_sizes, op) += 1;
+                        return make();
+                    }
+                }
+                Fate::Forward
+            })
+            .collect()
+    }
+
+    /// Finishes a call: waits for the inner result (if any), applies a dropped reply or the
+    /// latency, and assembles the reply. Stays synchronous when nothing delays it.
+    fn finish<T: 'static, R: 'static>(
+        &mut self,
+        op: &'static str,
+        inner: Option<Io<T>>,
+        assemble: impl FnOnce(Option<T>) -> R + 'static,
+        dropped: impl FnOnce(BackendError) -> R + 'static,
+    ) -> Io<R> {
+        let drop_reply = self.draw(self.cfg.drop_reply_rate);
+        let latency = self.cfg.latency_ms.of(op);
+        if drop_reply {
+            *slot(&mut self.counters.dropped_replies, op) += 1;
+        } else if latency > 0 {
+            *slot(&mut self.counters.delayed, op) += 1;
+        }
+        if !drop_reply && latency == 0 {
+            match inner {
+                None => return Io::Ready(assemble(None)),
+                Some(Io::Ready(v)) => return Io::Ready(assemble(Some(v))),
+                Some(Io::Pending(fut)) => {
+                    return Io::pending(async move { assemble(Some(fut.await)) })
+                }
+            }
+        }
+        let timeout = self.cfg.reply_timeout_ms;
+        Io::pending(async move {
+            let result = async move {
+                match inner {
+                    None => None,
+                    Some(Io::Ready(v)) => Some(v),
+                    Some(Io::Pending(fut)) => Some(fut.await),
+                }
+            };
+            if drop_reply {
+                // The reply never comes: only the caller's timeout ends the call.
+                let never = async move {
+                    let _discarded = result.await;
+                    std::future::pending::<()>().await
+                };
+                let _ = actix_rt::time::timeout(Duration::from_millis(timeout), never).await;
+                return dropped(BackendError::Connection {
+                    op,
+                    message: format!("no reply within {timeout} ms (injected: reply dropped)"),
+                });
+            }
+            let v = result.await;
+            actix_rt::time::sleep(Duration::from_millis(latency)).await;
+            assemble(v)
+        })
+    }
+}
+
+/// Splits a batch by plan: the items to forward, and per position the injected fate.
+fn split<I>(items: Vec<I>, plan: Vec<Fate>) -> (Vec<I>, Vec<Fate>) {
+    let mut forward = Vec::with_capacity(items.len());
+    let mut fates = Vec::with_capacity(items.len());
+    for (item, fate) in items.into_iter().zip(plan) {
+        if matches!(fate, Fate::Forward | Fate::ForwardCorrupt) {
+            forward.push(item);
+        }
+        fates.push(fate);
+    }
+    (forward, fates)
+}
+
+/// Puts the inner results back in request order between the injected ones. `inject` turns an
+/// injected fate into a result (`None` for forwarded fates); `missing` stands in for results
+/// the inner store did not return (a broken storage; never expected).
+fn merge<T>(
+    fates: Vec<Fate>,
+    inner: Vec<T>,
+    mut inject: impl FnMut(usize, Fate) -> Option<T>,
+    mut forwarded: impl FnMut(bool, T) -> T,
+    missing: impl Fn(usize) -> T,
+) -> Vec<T> {
+    let mut inner = inner.into_iter();
+    fates
+        .into_iter()
+        .enumerate()
+        .map(|(i, fate)| {
+            let corrupt = matches!(fate, Fate::ForwardCorrupt);
+            match fate {
+                Fate::Forward | Fate::ForwardCorrupt => match inner.next() {
+                    Some(r) => forwarded(corrupt, r),
+                    None => missing(i),
+                },
+                other => inject(i, other).unwrap_or_else(|| missing(i)),
+            }
+        })
+        .collect()
+}
+
+fn missing_result(op: &'static str) -> BackendError {
+    BackendError::Io {
+        op,
+        message: "the inner store returned fewer results than items".into(),
+    }
+}
+
+impl Storage for FaultInjectStorage {
+    fn kind(&self) -> &'static str {
+        "fault_inject"
+    }
+
+    fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
+        let n = items.len();
+        let plan = self.plan("put", n, None);
+        let (forward, fates) = split(items, plan);
+        let inner = (!forward.is_empty()).then(|| self.inner.put(forward));
+        self.finish(
+            "put",
+            inner,
+            move |res| {
+                merge(
+                    fates,
+                    res.unwrap_or_default(),
+                    |_, f| match f {
+                        Fate::Fail(e) => Some(Err(e)),
+                        _ => None,
+                    },
+                    |_, r| r,
+                    |_| Err(missing_result("put")),
+                )
+            },
+            move |e| vec![Err(e); n],
+        )
+    }
+
+    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        let n = keys.len();
+        let plan = self.plan("head", n, Some(|| Fate::ForwardCorrupt));
+        let (forward, fates) = split(keys, plan);
+        let inner = (!forward.is_empty()).then(|| self.inner.head(forward));
+        self.finish(
+            "head",
+            inner,
+            move |res| {
+                merge(
+                    fates,
+                    res.unwrap_or_default(),
+                    |_, f| match f {
+                        Fate::Fail(e) => Some(Err(e)),
+                        _ => None,
+                    },
+                    |corrupt, r| match r {
+                        Ok(Some(size)) if corrupt => Ok(Some(size.saturating_add(1))),
+                        other => other,
+                    },
+                    |_| Err(missing_result("head")),
+                )
+            },
+            move |e| vec![Err(e); n],
+        )
+    }
+
+    fn get(
+        &mut self,
+        items: Vec<(ObjectKey, BytesMut)>,
+    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
+        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
+        let plan = self.plan("get", items.len(), Some(|| Fate::Corrupt));
+        // Buffers of items that are not forwarded stay here, untouched.
+        let mut kept: Vec<Option<BytesMut>> = Vec::with_capacity(items.len());
+        let mut forward = Vec::with_capacity(items.len());
+        for ((key, buf), fate) in items.into_iter().zip(&plan) {
+            if matches!(fate, Fate::Forward) {
+                forward.push((key, buf));
+                kept.push(None);
+            } else {
+                kept.push(Some(buf));
+            }
+        }
+        let inner = (!forward.is_empty()).then(|| self.inner.get(forward));
+        let lens2 = lens.clone();
+        self.finish(
+            "get",
+            inner,
+            move |res| {
+                merge(
+                    plan,
+                    res.unwrap_or_default(),
+                    |i, f| {
+                        let buf = kept[i].take()?;
+                        match f {
+                            Fate::Fail(e) => Some((buf, Err(e))),
+                            Fate::Corrupt => {
+                                let actual = buf.len() as u64 + 1;
+                                Some((buf, Ok(Fetched::SizeMismatch { actual })))
+                            }
+                            _ => None,
+                        }
+                    },
+                    |_, r| r,
+                    |i| (BytesMut::zeroed(lens2[i]), Err(missing_result("get"))),
+                )
+            },
+            move |e| {
+                lens.iter()
+                    .map(|l| (BytesMut::zeroed(*l), Err(e.clone())))
+                    .collect()
+            },
+        )
+    }
+
+    fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
+        let n = keys.len();
+        let plan = self.plan("remove", n, None);
+        let (forward, fates) = split(keys, plan);
+        let inner = (!forward.is_empty()).then(|| self.inner.remove(forward));
+        self.finish(
+            "remove",
+            inner,
+            move |res| {
+                merge(
+                    fates,
+                    res.unwrap_or_default(),
+                    |_, f| match f {
+                        Fate::Fail(e) => Some(Err(e)),
+                        _ => None,
+                    },
+                    |_, r| r,
+                    |_| Err(missing_result("remove")),
+                )
+            },
+            move |e| vec![Err(e); n],
+        )
+    }
+
+    fn list(
+        &mut self,
+        model: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Io<Result<KeyPage, BackendError>> {
+        let rate = self.cfg.error_rates.list;
+        if self.draw(rate) {
+            self.counters.errors.list += 1;
+            let err = BackendError::Io {
+                op: "list",
+                message: format!("injected fault (error_rates.list = {rate})"),
+            };
+            return self.finish("list", None::<Io<()>>, move |_| Err(err), Err);
+        }
+        let inner = self.inner.list(model, cursor, limit);
+        self.finish(
+            "list",
+            Some(inner),
+            |res| res.unwrap_or_else(|| Err(missing_result("list"))),
+            Err,
+        )
+    }
+
+    fn lookups_trust_ledger(&self) -> bool {
+        self.inner.lookups_trust_ledger()
+    }
+
+    fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
+        self.inner.recover()
+    }
+
+    fn observe(&mut self, what: Observed<'_>) {
+        self.inner.observe(what);
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.inner.is_healthy()
+    }
+
+    fn details(&self) -> serde_json::Value {
+        serde_json::json!({
+            "seed": self.seed,
+            "inner": {"kind": self.inner.kind(), "details": self.inner.details()},
+            "injected_total": self.counters.total(),
+            "injected": self.counters,
+            "faults": self.cfg,
+        })
+    }
+
+    fn close(&mut self) {
+        self.inner.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backends::memory::MemoryStorage;
+    use crate::key::NameFormat;
+
+    fn key(i: u32) -> ObjectKey {
+        ObjectKey::new("m", 0, i.to_be_bytes().to_vec()).unwrap()
+    }
+
+    fn ready<T>(io: Io<T>) -> T {
+        match io {
+            Io::Ready(v) => v,
+            Io::Pending(_) => panic!("expected a synchronous result"),
+        }
+    }
+
+    fn wrap(cfg: FaultInjectConfig) -> FaultInjectStorage {
+        FaultInjectStorage::new(Box::new(MemoryStorage::new(NameFormat::Seed)), &cfg)
+    }
+
+    #[test]
+    fn every_nth_item_fails_and_never_reaches_the_store() {
+        let mut s = wrap(FaultInjectConfig {
+            fail_every_nth_item: 3,
+            ..Default::default()
+        });
+        let items: Vec<_> = (0..7)
+            .map(|i| (key(i), Bytes::from(vec![1u8; 4])))
+            .collect();
+        let res = ready(s.put(items));
+        let failed: Vec<usize> = (0..7).filter(|i| res[*i].is_err()).collect();
+        assert_eq!(failed, vec![2, 5]);
+        let sizes = ready(s.head((0..7).map(key).collect()));
+        // Items 3 and 6 of this batch fail too (errors, shown as None); keys 2 and 5 were never
+        // written.
+        let seen: Vec<_> = sizes.iter().map(|r| r.clone().ok().flatten()).collect();
+        assert_eq!(
+            seen,
+            vec![Some(4), Some(4), None, Some(4), Some(4), None, Some(4)]
+        );
+        assert!(sizes[2].is_err() && sizes[5].is_err());
+        assert_eq!(s.counters().nth_item_failures.put, 2);
+        assert_eq!(s.counters().nth_item_failures.head, 2);
+        assert_eq!(s.counters().total(), 4);
+    }
+
+    #[test]
+    fn corrupted_sizes_on_head_and_get() {
+        let mut s = wrap(FaultInjectConfig {
+            corrupt_size_rate: 1.0,
+            ..Default::default()
+        });
+        ready(s.put(vec![(key(1), Bytes::from(vec![9u8; 10]))]));
+        assert_eq!(
+            ready(s.head(vec![key(1), key(2)])),
+            vec![Ok(Some(11)), Ok(None)]
+        );
+        let mut buf = BytesMut::zeroed(10);
+        buf.fill(7);
+        let out = ready(s.get(vec![(key(1), buf)]));
+        assert_eq!(out[0].1, Ok(Fetched::SizeMismatch { actual: 11 }));
+        assert!(out[0].0.iter().all(|b| *b == 7), "buffer untouched");
+        assert_eq!(s.counters().corrupted_sizes.head, 2);
+        assert_eq!(s.counters().corrupted_sizes.get, 1);
+    }
+
+    #[test]
+    fn same_seed_same_faults() {
+        let run = |seed| {
+            let mut s = wrap(FaultInjectConfig {
+                error_rates: PerOp {
+                    put: 0.5,
+                    ..Default::default()
+                },
+                seed: Some(seed),
+                ..Default::default()
+            });
+            let items: Vec<_> = (0..64)
+                .map(|i| (key(i), Bytes::from(vec![1u8; 4])))
+                .collect();
+            ready(s.put(items))
+                .iter()
+                .map(|r| r.is_ok())
+                .collect::<Vec<_>>()
+        };
+        let a = run(7);
+        assert_eq!(a, run(7));
+        assert_ne!(a, run(8));
+        let failed = a.iter().filter(|ok| !**ok).count();
+        assert!(
+            (10..54).contains(&failed),
+            "{failed} of 64 failed at rate 0.5"
+        );
+    }
+
+    #[test]
+    fn rate_zero_is_transparent_and_synchronous() {
+        let mut s = wrap(FaultInjectConfig::default());
+        assert_eq!(s.kind(), "fault_inject");
+        ready(s.put(vec![(key(1), Bytes::from_static(b"abc"))]));
+        let out = ready(s.get(vec![(key(1), BytesMut::zeroed(3))]));
+        assert_eq!(
+            (&out[0].0[..], out[0].1.clone()),
+            (&b"abc"[..], Ok(Fetched::Hit))
+        );
+        assert_eq!(
+            ready(s.remove(vec![key(1), key(2)])),
+            vec![Ok(Removed::Yes), Ok(Removed::Absent)]
+        );
+        assert_eq!(ready(s.list(None, None, 10)).unwrap().entries.len(), 0);
+        assert_eq!(s.counters(), FaultCounters::default());
+        let d = s.details();
+        assert_eq!(d["inner"]["kind"], "memory");
+        assert_eq!(d["injected_total"], 0);
+    }
+}

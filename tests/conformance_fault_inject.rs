@@ -1,0 +1,344 @@
+//! The conformance suite through `fault_inject` (every fault off, wrapping `memory`), and
+//! message-level tests of injected faults: per-key errors and misses, exact accounting, no
+//! leaked locks, dropped replies that fail instead of hanging, latency that blocks no thread.
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
+use kvtier::actors::backends::memory::MemoryConfig;
+use kvtier::actors::{GetUsage, Store};
+use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
+use support::conformance::Fixture;
+use support::{key, payload};
+
+struct FaultInject;
+
+impl Fixture for FaultInject {
+    fn adapter(&self, _slot: usize) -> AdapterConfig {
+        AdapterConfig::fault_inject(
+            AdapterSpec::Memory(MemoryConfig::default()),
+            FaultInjectConfig::default(),
+        )
+    }
+}
+
+conformance_tests!(FaultInject);
+
+async fn start(faults: FaultInjectConfig) -> Tier {
+    Tier::start(&TierConfig {
+        adapters: vec![AdapterConfig::fault_inject(
+            AdapterSpec::Memory(MemoryConfig::default()),
+            faults,
+        )],
+        eviction_interval_ms: 50,
+    })
+    .await
+    .unwrap()
+}
+
+fn size_of(i: u32) -> usize {
+    100 + i as usize
+}
+
+/// Stores keys `0..n` (sizes `100 + i`) in batches of 20; returns the keys that failed.
+async fn store_all(tier: &Tier, n: u32) -> Vec<(ObjectKey, String)> {
+    let mut failed = Vec::new();
+    for start in (0..n).step_by(20) {
+        let ids: Vec<u32> = (start..(start + 20).min(n)).collect();
+        let rep = tier
+            .store(
+                ids.iter().map(|i| key(*i)).collect(),
+                ids.iter().map(|i| payload(*i, size_of(*i))).collect(),
+            )
+            .await
+            .unwrap();
+        let o = &rep.adapters[0].1;
+        assert_eq!(o.stored + o.failed.len(), ids.len(), "every key reported");
+        failed.extend(o.failed.iter().map(|f| (f.key.clone(), f.error.clone())));
+    }
+    failed
+}
+
+async fn details(tier: &Tier) -> serde_json::Value {
+    tier.status().await.unwrap().adapters[0].details.clone()
+}
+
+async fn locked(tier: &Tier) -> usize {
+    tier.status().await.unwrap().adapters[0].locked_keys
+}
+
+#[actix_rt::test]
+async fn put_errors_are_per_key_and_usage_counts_exactly_the_stored_keys() {
+    let tier = start(FaultInjectConfig {
+        error_rates: PerOp {
+            put: 0.3,
+            ..Default::default()
+        },
+        seed: Some(1),
+        ..Default::default()
+    })
+    .await;
+    let failed = store_all(&tier, 200).await;
+    assert!(
+        (20..100).contains(&failed.len()),
+        "about 30% of 200 fail: {}",
+        failed.len()
+    );
+    for (_, error) in &failed {
+        assert_eq!(
+            error,
+            "adapter #0 (fault_inject): put failed: injected fault (error_rates.put = 0.3)"
+        );
+    }
+    let failed_keys: Vec<ObjectKey> = failed.into_iter().map(|(k, _)| k).collect();
+    let stored: Vec<u32> = (0..200)
+        .filter(|i| !failed_keys.contains(&key(*i)))
+        .collect();
+    let u = &tier.usage().await.unwrap().adapters[0];
+    assert_eq!(
+        u.used_bytes,
+        stored.iter().map(|i| size_of(*i) as u64).sum::<u64>()
+    );
+    assert_eq!(u.keys, stored.len());
+    // Lookups find exactly the stored keys; the failed ones never reached the store.
+    let all: Vec<ObjectKey> = (0..200).map(key).collect();
+    let hits = tier.lookup_and_lock(all.clone()).await.unwrap();
+    let found: Vec<u32> = (0..200).filter(|i| hits.get(*i as usize)).collect();
+    assert_eq!(found, stored);
+    assert_eq!(locked(&tier).await, stored.len());
+    tier.unlock(all);
+    assert_eq!(locked(&tier).await, 0, "no leaked locks");
+    let d = details(&tier).await;
+    assert_eq!(d["injected"]["errors"]["put"], failed_keys.len());
+    assert_eq!(d["injected_total"], failed_keys.len());
+    assert_eq!(d["seed"], 1);
+    assert_eq!(d["inner"]["kind"], "memory");
+    assert_eq!(d["inner"]["details"]["objects"], stored.len());
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn get_and_remove_errors_are_misses_and_kept_keys() {
+    let tier = start(FaultInjectConfig {
+        error_rates: PerOp {
+            get: 0.5,
+            remove: 0.5,
+            ..Default::default()
+        },
+        seed: Some(3),
+        ..Default::default()
+    })
+    .await;
+    assert!(store_all(&tier, 60).await.is_empty());
+    let all: Vec<ObjectKey> = (0..60).map(key).collect();
+    assert!(tier.lookup_and_lock(all.clone()).await.unwrap().all());
+    let bufs = (0..60u32)
+        .map(|i| {
+            let mut b = BytesMut::zeroed(size_of(i));
+            b.fill(0xEE);
+            b
+        })
+        .collect();
+    let loaded = tier.load(all.clone(), bufs).await.unwrap();
+    let misses = 60 - loaded.hits.count_ones();
+    assert!((10..50).contains(&misses), "{misses}");
+    for i in 0..60u32 {
+        let b = &loaded.buffers[i as usize];
+        if loaded.hits.get(i as usize) {
+            assert_eq!(&b[..], &payload(i, size_of(i))[..], "hit {i} exact");
+        } else {
+            assert!(b.iter().all(|x| *x == 0xEE), "miss {i} left untouched");
+        }
+    }
+    tier.unlock(all.clone());
+    assert_eq!(locked(&tier).await, 0);
+    // Failed loads of present objects do not drop them from the accounting.
+    assert_eq!(tier.usage().await.unwrap().adapters[0].keys, 60);
+
+    let removed: Vec<ObjectKey> = tier
+        .delete(all.clone())
+        .await
+        .unwrap()
+        .all_keys()
+        .cloned()
+        .collect();
+    assert!((10..50).contains(&removed.len()), "{}", removed.len());
+    let kept: Vec<u32> = (0..60).filter(|i| !removed.contains(&key(*i))).collect();
+    let u = &tier.usage().await.unwrap().adapters[0];
+    assert_eq!(
+        u.used_bytes,
+        kept.iter().map(|i| size_of(*i) as u64).sum::<u64>()
+    );
+    let hits = tier.lookup_and_lock(all.clone()).await.unwrap();
+    assert_eq!(
+        (0..60)
+            .filter(|i| hits.get(*i as usize))
+            .collect::<Vec<u32>>(),
+        kept
+    );
+    tier.unlock(all);
+    let d = details(&tier).await;
+    assert_eq!(d["injected"]["errors"]["get"], misses);
+    assert_eq!(d["injected"]["errors"]["remove"], 60 - removed.len());
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn every_nth_item_of_a_batch_fails() {
+    let tier = start(FaultInjectConfig {
+        fail_every_nth_item: 4,
+        ..Default::default()
+    })
+    .await;
+    let failed = store_all(&tier, 10).await;
+    let keys: Vec<ObjectKey> = failed.iter().map(|(k, _)| k.clone()).collect();
+    assert_eq!(keys, vec![key(3), key(7)]);
+    assert!(
+        failed[0]
+            .1
+            .ends_with("injected fault: item 4 of the batch (fail_every_nth_item = 4)"),
+        "{}",
+        failed[0].1
+    );
+    let u = &tier.usage().await.unwrap().adapters[0];
+    let want: u64 = (0..10)
+        .filter(|i| *i != 3 && *i != 7)
+        .map(|i| size_of(i) as u64)
+        .sum();
+    assert_eq!((u.used_bytes, u.keys), (want, 8));
+    assert_eq!(
+        details(&tier).await["injected"]["nth_item_failures"]["put"],
+        2
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn a_dropped_reply_fails_after_the_timeout_instead_of_hanging() {
+    let tier = start(FaultInjectConfig {
+        drop_reply_rate: 1.0,
+        reply_timeout_ms: 200,
+        ..Default::default()
+    })
+    .await;
+    let t = Instant::now();
+    let rep = actix_rt::time::timeout(
+        Duration::from_secs(5),
+        tier.store(vec![key(1), key(2)], vec![payload(1, 10), payload(2, 10)]),
+    )
+    .await
+    .expect("no hang")
+    .unwrap();
+    let elapsed = t.elapsed();
+    assert!(elapsed >= Duration::from_millis(200), "{elapsed:?}");
+    let o = &rep.adapters[0].1;
+    assert_eq!(o.stored, 0);
+    assert_eq!(o.failed.len(), 2);
+    assert_eq!(
+        o.failed[0].error,
+        "adapter #0 (fault_inject): put could not reach the store: no reply within 200 ms (injected: reply dropped)"
+    );
+    assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 0);
+    // Lookups probe (the ledger does not know the keys) and their replies are dropped too.
+    let hits = tier.lookup_and_lock(vec![key(1)]).await.unwrap();
+    assert_eq!(format!("{hits}"), "0");
+    assert_eq!(locked(&tier).await, 0);
+    let d = details(&tier).await;
+    assert_eq!(d["injected"]["dropped_replies"]["put"], 1);
+    assert_eq!(d["injected"]["dropped_replies"]["head"], 1);
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn latency_delays_replies_without_blocking_the_actor() {
+    let mut faults = FaultInjectConfig::default();
+    faults.latency_ms.put = Some(400);
+    let tier = start(faults).await;
+    let c = tier.controller().clone();
+    let t = Instant::now();
+    let slow = actix_rt::spawn(async move {
+        c.send(Store {
+            keys: vec![key(1)],
+            objects: vec![payload(1, 10)],
+        })
+        .await
+    });
+    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    // The backend actor answers other messages while the store waits for its timer.
+    let u = tier.controller().send(GetUsage).await.unwrap();
+    assert!(
+        t.elapsed() < Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
+    assert!(!slow.is_finished());
+    assert_eq!(u.adapters[0].used_bytes, 0);
+    let rep = slow.await.unwrap().unwrap();
+    assert!(rep.success());
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "{:?}",
+        t.elapsed()
+    );
+    assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 10);
+    assert_eq!(details(&tier).await["injected"]["delayed"]["put"], 1);
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn corrupted_sizes_make_loads_miss() {
+    let tier = start(FaultInjectConfig {
+        corrupt_size_rate: 1.0,
+        ..Default::default()
+    })
+    .await;
+    tier.store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap();
+    let mut b = BytesMut::zeroed(64);
+    b.fill(7);
+    let loaded = tier.load(vec![key(1)], vec![b]).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "0");
+    assert!(loaded.buffers[0].iter().all(|x| *x == 7));
+    // A size mismatch is a miss, not a deletion: the key stays accounted.
+    assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 64);
+    assert_eq!(
+        details(&tier).await["injected"]["corrupted_sizes"]["get"],
+        1
+    );
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn wraps_fs_and_nests() {
+    let dir = tempfile::TempDir::new().unwrap();
+    let fs = AdapterConfig::fs(dir.path());
+    let once = AdapterConfig::fault_inject(fs.spec, FaultInjectConfig::default());
+    let twice = AdapterConfig::fault_inject(
+        once.spec,
+        FaultInjectConfig {
+            fail_every_nth_item: 2,
+            ..Default::default()
+        },
+    );
+    let tier = Tier::start(&TierConfig {
+        adapters: vec![twice],
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let rep = tier
+        .store(vec![key(1), key(2)], vec![payload(1, 8), payload(2, 8)])
+        .await
+        .unwrap();
+    assert_eq!(rep.adapters[0].1.stored, 1);
+    let files: Vec<_> = std::fs::read_dir(dir.path()).unwrap().collect();
+    assert_eq!(files.len(), 1, "only the first item reached the directory");
+    let d = details(&tier).await;
+    assert_eq!(d["inner"]["kind"], "fault_inject");
+    assert_eq!(d["inner"]["details"]["inner"]["kind"], "fs");
+    tier.shutdown();
+}

@@ -1,0 +1,471 @@
+//! Invariants under random operations (proptest), against `memory`, `fs`, and `fault_inject`
+//! wrapping `memory` with nonzero error rates.
+//!
+//! Each case starts a real [`Tier`] (controller, backend actor, eviction actor) with a small
+//! capacity so eviction runs all the time, and drives it with a random sequence of store,
+//! lookup-and-lock, load, unlock and delete messages over a small key space. A model tracks what
+//! the test knows for sure: the bytes of the last successful store of each key and how many
+//! locks the test holds. Eviction runs concurrently, so an unlocked key may vanish at any time;
+//! a locked key may not. Checked after every step, or every few steps for the costly ones:
+//!
+//! * a key the test holds a lock on always looks up as a hit and loads (unless the load
+//!   failed by an injected fault, counted in `status`), and is still listed: locked keys are
+//!   never deleted or evicted, and a delete never reports one;
+//! * every load hit returns exactly the bytes last stored; a miss leaves the buffer untouched;
+//! * the adapter's `locked_keys` equals the number of keys the model holds locks on (unlocks
+//!   never fail, refcounts never go negative or leak);
+//! * usage equals the sum of the sizes of the objects actually stored (listed), per-salt bytes
+//!   sum to it, and the key count matches;
+//! * at the end of a case, and every few hundred steps, eviction brings usage under the
+//!   watermark whenever the unlocked keys allow it.
+//!
+//! Each test runs rounds of cases (each case up to 1500 operations) until at least 10,000
+//! operations ran, and prints the count and time. A failing case is shrunk to a short operation
+//! sequence, printed in the panic.
+
+mod support;
+
+use std::cell::Cell;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
+use kvtier::actors::backends::memory::MemoryConfig;
+use kvtier::actors::config::{EvictionConfig, EvictionPolicy, GIB};
+use kvtier::actors::eviction::GetLruOrder;
+use kvtier::actors::ListKeys;
+use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+
+/// Keys in play: few, so operations collide.
+const KEYS: u8 = 16;
+/// Capacity in bytes; objects are 64..=256 bytes, so 16 keys (up to 4 KiB) overflow it.
+const CAPACITY: u64 = 2048;
+const WATERMARK: f64 = 0.7;
+/// Operations per test, at least; cases run in rounds of [`CASES`] until this many ran.
+const MIN_TOTAL_OPS: usize = 10_000;
+const CASES: u32 = 4;
+/// Operations per case: any length up to this, so a failure shrinks to a short sequence.
+const MAX_OPS: usize = 1500;
+/// Full checks (listing, usage) every this many operations; the watermark check less often.
+const FULL_CHECK_EVERY: usize = 8;
+const WATERMARK_CHECK_EVERY: usize = 250;
+
+/// Faults injected over the cases of the `fault_inject` test (from its `status` counters).
+static FAULTS: AtomicU64 = AtomicU64::new(0);
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Store these keys (distinct), each with a size class 1..=4 (× 64 bytes).
+    Store(Vec<(u8, u8)>),
+    Lookup(Vec<u8>),
+    Load(Vec<u8>),
+    Unlock(Vec<u8>),
+    Delete(Vec<u8>),
+}
+
+fn ops() -> impl Strategy<Value = Vec<Op>> {
+    let ids = || prop::collection::vec(0..KEYS, 1..5);
+    let op = prop_oneof![
+        3 => prop::collection::vec((0..KEYS, 1u8..=4), 1..5).prop_map(|mut v| {
+            let mut seen = Vec::new();
+            v.retain(|(k, _)| {
+                let new = !seen.contains(k);
+                seen.push(*k);
+                new
+            });
+            Op::Store(v)
+        }),
+        3 => ids().prop_map(Op::Lookup),
+        2 => ids().prop_map(Op::Load),
+        3 => ids().prop_map(Op::Unlock),
+        1 => ids().prop_map(Op::Delete),
+    ];
+    prop::collection::vec(op, 1..=MAX_OPS)
+}
+
+fn key(id: u8) -> ObjectKey {
+    let k = ObjectKey::new("inv/model", 1, vec![id, 0xab]).unwrap();
+    match id % 3 {
+        0 => k.with_salt("a").unwrap(),
+        1 => k.with_salt("b").unwrap(),
+        _ => k,
+    }
+}
+
+/// Bytes of the `version`-th store, `len` long: distinct per key and version.
+fn bytes_for(id: u8, version: u64, len: usize) -> Bytes {
+    Bytes::from(
+        (0..len)
+            .map(|j| (version as usize * 7 + id as usize * 13 + j) as u8)
+            .collect::<Vec<u8>>(),
+    )
+}
+
+#[derive(Default)]
+struct Model {
+    /// The bytes of the last successful store of each key (it may since have been evicted).
+    bytes: BTreeMap<u8, Bytes>,
+    /// Locks the test holds.
+    locks: BTreeMap<u8, u32>,
+    version: u64,
+}
+
+impl Model {
+    fn locked(&self, id: u8) -> bool {
+        self.locks.get(&id).is_some_and(|n| *n > 0)
+    }
+    fn locked_bytes(&self) -> u64 {
+        self.locks
+            .keys()
+            .filter_map(|id| self.bytes.get(id))
+            .map(|b| b.len() as u64)
+            .sum()
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Backend {
+    Memory,
+    Fs,
+    FaultyMemory,
+}
+
+fn adapter(backend: Backend, dir: &std::path::Path) -> AdapterConfig {
+    let mut a = match backend {
+        Backend::Memory => AdapterConfig::memory(),
+        Backend::Fs => AdapterConfig::fs(dir),
+        Backend::FaultyMemory => AdapterConfig::fault_inject(
+            AdapterSpec::Memory(MemoryConfig::default()),
+            FaultInjectConfig {
+                error_rates: PerOp {
+                    put: 0.1,
+                    head: 0.1,
+                    get: 0.1,
+                    remove: 0.1,
+                    list: 0.0,
+                },
+                fail_every_nth_item: 4,
+                seed: Some(0x5eed),
+                ..Default::default()
+            },
+        ),
+    };
+    a.common.max_capacity_gb = CAPACITY as f64 / GIB;
+    a.common.eviction = Some(EvictionConfig {
+        eviction_policy: EvictionPolicy::Lru,
+        trigger_watermark: WATERMARK,
+        eviction_ratio: 0.3,
+    });
+    a
+}
+
+/// Injected `get` failures so far (0 without fault injection).
+async fn injected_get_failures(tier: &Tier) -> u64 {
+    let d = &tier.status().await.unwrap().adapters[0].details;
+    ["errors", "nth_item_failures", "corrupted_sizes"]
+        .iter()
+        .map(|k| d["injected"][k]["get"].as_u64().unwrap_or(0))
+        .sum()
+}
+
+/// Every listed key with its size.
+async fn listing(tier: &Tier) -> Result<Vec<(ObjectKey, u64)>, TestCaseError> {
+    let mut out = Vec::new();
+    let mut cursor = None;
+    loop {
+        let page = tier
+            .controller()
+            .send(ListKeys {
+                model: None,
+                cursor,
+                page_size: 7,
+                adapter: 0,
+            })
+            .await
+            .unwrap()
+            .map_err(|e| TestCaseError::fail(format!("list failed: {e}")))?;
+        out.extend(page.entries);
+        match page.next {
+            Some(n) => cursor = Some(n),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// Usage equals the listed objects' sizes (retried: eviction may be mid-round), locked keys are
+/// listed, and listed sizes agree with the model.
+async fn full_check(tier: &Tier, m: &Model, step: usize) -> Result<(), TestCaseError> {
+    let mut last = String::new();
+    for _ in 0..100 {
+        let before = tier.usage().await.unwrap().adapters[0].clone();
+        let listed = listing(tier).await?;
+        let after = tier.usage().await.unwrap().adapters[0].clone();
+        let sum: u64 = listed.iter().map(|(_, s)| *s).sum();
+        if before == after && sum == after.used_bytes && listed.len() == after.keys {
+            let by_salt: u64 = after.bytes_by_cache_salt.values().sum();
+            prop_assert_eq!(by_salt, after.used_bytes, "per-salt bytes sum to usage");
+            for id in m.locks.keys() {
+                let k = key(*id);
+                let size = listed.iter().find(|(l, _)| *l == k).map(|(_, s)| *s);
+                prop_assert_eq!(
+                    size,
+                    m.bytes.get(id).map(|b| b.len() as u64),
+                    "step {}: locked key {} is listed with its size",
+                    step,
+                    id
+                );
+            }
+            for (k, s) in &listed {
+                let id = (0..KEYS).find(|i| key(*i) == *k);
+                let known = id.and_then(|i| m.bytes.get(&i)).map(|b| b.len() as u64);
+                prop_assert_eq!(Some(*s), known, "step {}: listed {:?}", step, k);
+            }
+            return Ok(());
+        }
+        last = format!(
+            "usage {before:?} / {after:?}, listed {sum} bytes in {} keys",
+            listed.len()
+        );
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+    Err(TestCaseError::fail(format!(
+        "step {step}: usage never matched the stored objects: {last}"
+    )))
+}
+
+/// Eviction brings usage under the watermark when the unlocked keys allow it.
+async fn watermark_check(tier: &Tier, m: &Model, step: usize) -> Result<(), TestCaseError> {
+    let cap = tier.usage().await.unwrap().adapters[0].capacity_bytes;
+    let limit = WATERMARK * cap as f64;
+    if m.locked_bytes() as f64 >= limit {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let u = tier.usage().await.unwrap().adapters[0].clone();
+        if (u.used_bytes as f64) < limit {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            let stats = tier.eviction_stats().await.unwrap();
+            let lru = tier.evictor().send(GetLruOrder(0)).await.unwrap();
+            return Err(TestCaseError::fail(format!(
+                "step {step}: usage {} stays at or above the watermark {limit} with {} locked \
+                 bytes; eviction actor: {stats:?}, LRU {lru:?}, locks {:?}",
+                u.used_bytes,
+                m.locked_bytes(),
+                m.locks
+            )));
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
+    let dir = tempfile::TempDir::new().unwrap();
+    let tier = Tier::start(&TierConfig {
+        adapters: vec![adapter(backend, dir.path())],
+        eviction_interval_ms: 20,
+    })
+    .await
+    .unwrap();
+    let faulty = matches!(backend, Backend::FaultyMemory);
+    let mut m = Model::default();
+    let result = async {
+        for (step, op) in ops.into_iter().enumerate() {
+            match op {
+                Op::Store(items) => {
+                    let mut payloads = Vec::new();
+                    for (id, class) in &items {
+                        m.version += 1;
+                        payloads.push(bytes_for(*id, m.version, 64 * *class as usize));
+                    }
+                    let keys: Vec<ObjectKey> = items.iter().map(|(id, _)| key(*id)).collect();
+                    let rep = tier.store(keys.clone(), payloads.clone()).await.unwrap();
+                    let o = &rep.adapters[0].1;
+                    prop_assert_eq!(o.stored + o.failed.len(), items.len());
+                    if !faulty {
+                        // Only a key whose deletion is under way (fs eviction) may be refused.
+                        for f in &o.failed {
+                            prop_assert!(f.error.contains("being deleted"), "{}", f.error);
+                        }
+                    }
+                    for (((id, _), k), p) in items.iter().zip(&keys).zip(payloads) {
+                        if !o.failed.iter().any(|f| f.key == *k) {
+                            m.bytes.insert(*id, p);
+                        }
+                    }
+                }
+                Op::Lookup(ids) => {
+                    let hits = tier
+                        .lookup_and_lock(ids.iter().map(|i| key(*i)).collect())
+                        .await
+                        .unwrap();
+                    for (i, id) in ids.iter().enumerate() {
+                        if m.locked(*id) {
+                            prop_assert!(hits.get(i), "step {}: locked key {} missed", step, id);
+                        }
+                        if hits.get(i) {
+                            prop_assert!(m.bytes.contains_key(id), "hit on never-stored {}", id);
+                            *m.locks.entry(*id).or_default() += 1;
+                        }
+                    }
+                }
+                Op::Load(ids) => {
+                    let before = injected_get_failures(&tier).await;
+                    let bufs = ids
+                        .iter()
+                        .map(|id| {
+                            let len = m.bytes.get(id).map_or(64, |b| b.len());
+                            let mut b = BytesMut::zeroed(len);
+                            b.fill(0xa5);
+                            b
+                        })
+                        .collect();
+                    let rep = tier
+                        .load(ids.iter().map(|i| key(*i)).collect(), bufs)
+                        .await
+                        .unwrap();
+                    let mut locked_misses = 0;
+                    for (i, id) in ids.iter().enumerate() {
+                        let buf = &rep.buffers[i];
+                        if rep.hits.get(i) {
+                            let want = m.bytes.get(id);
+                            prop_assert_eq!(
+                                Some(&buf[..]),
+                                want.map(|b| &b[..]),
+                                "step {}: load of {} returned other bytes",
+                                step,
+                                id
+                            );
+                        } else {
+                            prop_assert!(
+                                buf.iter().all(|b| *b == 0xa5),
+                                "step {}: a missed load of {} wrote its buffer",
+                                step,
+                                id
+                            );
+                            if m.locked(*id) {
+                                locked_misses += 1;
+                            }
+                        }
+                    }
+                    let injected = injected_get_failures(&tier).await - before;
+                    prop_assert!(
+                        locked_misses <= injected,
+                        "step {}: {} locked keys missed on load, {} get faults injected",
+                        step,
+                        locked_misses,
+                        injected
+                    );
+                }
+                Op::Unlock(ids) => {
+                    tier.unlock(ids.iter().map(|i| key(*i)).collect());
+                    for id in ids {
+                        if let Some(n) = m.locks.get_mut(&id) {
+                            *n -= 1;
+                            if *n == 0 {
+                                m.locks.remove(&id);
+                            }
+                        }
+                    }
+                }
+                Op::Delete(ids) => {
+                    let rep = tier
+                        .delete(ids.iter().map(|i| key(*i)).collect())
+                        .await
+                        .unwrap();
+                    for k in rep.all_keys() {
+                        let id = ids.iter().find(|i| key(**i) == *k);
+                        prop_assert!(id.is_some(), "deleted a key not asked for: {:?}", k);
+                        let id = *id.unwrap();
+                        prop_assert!(!m.locked(id), "step {}: deleted locked key {}", step, id);
+                    }
+                }
+            }
+            let status = tier.status().await.unwrap().adapters[0].clone();
+            prop_assert_eq!(
+                status.locked_keys,
+                m.locks.len(),
+                "step {}: locked keys in the adapter vs held by the test",
+                step
+            );
+            if step % FULL_CHECK_EVERY == 0 {
+                full_check(&tier, &m, step).await?;
+            }
+            if step % WATERMARK_CHECK_EVERY == 0 {
+                watermark_check(&tier, &m, step).await?;
+            }
+        }
+        full_check(&tier, &m, usize::MAX).await?;
+        watermark_check(&tier, &m, usize::MAX).await?;
+        // Releasing every lock leaves none behind, and eviction can then go all the way.
+        let held: Vec<ObjectKey> = m
+            .locks
+            .iter()
+            .flat_map(|(id, n)| std::iter::repeat_n(key(*id), *n as usize))
+            .collect();
+        tier.unlock(held);
+        m.locks.clear();
+        prop_assert_eq!(tier.status().await.unwrap().adapters[0].locked_keys, 0);
+        watermark_check(&tier, &m, usize::MAX).await?;
+        let d = &tier.status().await.unwrap().adapters[0].details;
+        FAULTS.fetch_add(d["injected_total"].as_u64().unwrap_or(0), Ordering::Relaxed);
+        Ok(())
+    }
+    .await;
+    tier.shutdown();
+    result
+}
+
+fn check(backend: Backend) {
+    let total = Cell::new(0usize);
+    let cases = Cell::new(0usize);
+    let started = Instant::now();
+    while total.get() < MIN_TOTAL_OPS {
+        let mut runner = TestRunner::new(Config {
+            cases: CASES,
+            failure_persistence: None,
+            max_shrink_iters: 1000,
+            ..Config::default()
+        });
+        let result = runner.run(&ops(), |ops| {
+            total.set(total.get() + ops.len());
+            cases.set(cases.get() + 1);
+            actix_rt::System::new().block_on(run(backend, ops))
+        });
+        if let Err(e) = result {
+            panic!("{backend:?}: {e}");
+        }
+    }
+    let (total, cases) = (total.get(), cases.get());
+    eprintln!(
+        "{backend:?}: {total} operations in {cases} cases, {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+    if matches!(backend, Backend::FaultyMemory) {
+        let faults = FAULTS.load(Ordering::Relaxed);
+        eprintln!("{backend:?}: {faults} faults injected");
+        assert!(faults > 0, "the faulty backend injected faults");
+    }
+    assert!(total >= 10_000, "{total} operations");
+}
+
+#[test]
+fn invariants_memory() {
+    check(Backend::Memory);
+}
+
+#[test]
+fn invariants_fs() {
+    check(Backend::Fs);
+}
+
+#[test]
+fn invariants_fault_inject() {
+    check(Backend::FaultyMemory);
+}
