@@ -3,7 +3,9 @@
 //! It owns everything the semantics define, so every backend behaves the same way:
 //! lock reference counts, the usage ledger (total and per cache salt), the set of keys being
 //! deleted (a lookup never locks a key whose deletion is under way, and a store to it is refused
-//! until the deletion ends), and the usage events it publishes. Storage I/O runs concurrently;
+//! until the deletion ends), the keys being stored (a delete or an eviction skips them until the
+//! write ends, so the two never race at the store and the ledger always follows the last
+//! operation that reached it), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state in the completion closure, on the actor's own
 //! thread, so no lock is ever needed.
 
@@ -75,6 +77,8 @@ pub struct BackendActor<S: Storage> {
     locks: KeyMap<u32>,
     ledger: Ledger,
     deleting: KeySet,
+    /// Keys with a write in flight, with how many writes.
+    storing: KeyMap<u32>,
     subscribers: Vec<Recipient<UsageEvent>>,
 }
 
@@ -94,6 +98,7 @@ impl<S: Storage> BackendActor<S> {
             locks: KeyMap::default(),
             ledger: Ledger::default(),
             deleting: KeySet::default(),
+            storing: KeyMap::default(),
             subscribers,
         }
     }
@@ -148,6 +153,15 @@ impl<S: Storage> BackendActor<S> {
         });
     }
 
+    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
+    /// deleted, and not being written (a delete racing a write could land before or after it
+    /// at the store, while the ledger would follow whichever reply came last).
+    fn removable(&self, key: &ObjectKey) -> bool {
+        !self.locks.contains_key(key)
+            && !self.deleting.contains(key)
+            && !self.storing.contains_key(key)
+    }
+
     fn lock(&mut self, key: &ObjectKey) {
         match self.locks.get_mut(key) {
             Some(n) => *n += 1,
@@ -165,6 +179,14 @@ impl<S: Storage> BackendActor<S> {
         mut outcome: StoreOutcome,
     ) -> StoreOutcome {
         self.observe_health(&results);
+        for key in &keys {
+            if let Some(n) = self.storing.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    self.storing.remove(key);
+                }
+            }
+        }
         let mut ok_keys = Vec::with_capacity(keys.len());
         let mut ok_sizes = Vec::with_capacity(keys.len());
         for ((key, size), res) in keys.into_iter().zip(sizes).zip(results) {
@@ -378,6 +400,14 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
                 adapters: vec![(self.index, outcome)],
             });
         }
+        for key in &keys {
+            match self.storing.get_mut(key) {
+                Some(n) => *n += 1,
+                None => {
+                    self.storing.insert(key.clone(), 1);
+                }
+            }
+        }
         let io = self.storage.put(items);
         self.respond(io, move |results, act| StoreReport {
             adapters: vec![(act.index, act.finish_store(keys, sizes, results, outcome))],
@@ -536,7 +566,7 @@ impl<S: Storage> Handler<Delete> for BackendActor<S> {
         let keys: Vec<ObjectKey> = msg
             .keys
             .into_iter()
-            .filter(|k| !self.locks.contains_key(k) && !self.deleting.contains(k))
+            .filter(|k| self.removable(k))
             .filter(|k| seen.insert(k.clone()))
             .collect();
         let index = self.index;
@@ -554,7 +584,7 @@ impl<S: Storage> Handler<Evict> for BackendActor<S> {
         let keys: Vec<ObjectKey> = msg
             .candidates
             .into_iter()
-            .filter(|k| !self.locks.contains_key(k) && !self.deleting.contains(k))
+            .filter(|k| self.removable(k))
             .filter(|k| seen.insert(k.clone()))
             .take(msg.count)
             .collect();
