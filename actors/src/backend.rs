@@ -139,17 +139,19 @@ impl<S: Storage> BackendActor<S> {
         &mut self,
         results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
     ) {
-        let (mut ok, mut connection_failures) = (0, 0);
+        let (mut ok, mut connection_failures, mut refused) = (0, 0, 0);
         for r in results {
             match r {
                 Ok(_) => ok += 1,
                 Err(BackendError::Connection { .. }) => connection_failures += 1,
+                Err(BackendError::Unavailable { .. }) => refused += 1,
                 Err(_) => {}
             }
         }
         self.storage.observe(Observed::Health {
             ok,
             connection_failures,
+            refused,
         });
     }
 
