@@ -35,7 +35,7 @@
 //! ## Clusters
 //!
 //! ```ignore
-//! let mut c = GarageCluster::start(3);     // ~1-2 s: 3 nodes, replication_factor = 3
+//! let mut c = GarageCluster::start(3);     // ~2 s: 3 nodes, replication_factor = 3
 //! c.create_bucket("kvtier-test");
 //! let ep = c.node(0).s3_endpoint.clone();  // any node serves S3 for the whole cluster
 //! c.stop(2);                               // SIGKILL one node: quorum 2 of 3 still holds
