@@ -83,3 +83,148 @@ async fn no_adapters_is_a_start_error() {
     let err = Tier::start(&TierConfig::default()).await.err().unwrap();
     assert!(matches!(err, kvtier::StartError::NoAdapters));
 }
+
+/// Memory storage whose writes reach the store at once but whose replies wait for a gate:
+/// a write in flight, as with any remote store.
+struct GatedWrites {
+    inner: kvtier::actors::backends::memory::MemoryStorage,
+    gate: flume::Receiver<()>,
+    objects: std::rc::Rc<std::cell::Cell<usize>>,
+}
+
+impl kvtier::actors::Storage for GatedWrites {
+    fn kind(&self) -> &'static str {
+        "gated"
+    }
+    fn put(
+        &mut self,
+        items: Vec<(kvtier::ObjectKey, bytes::Bytes)>,
+    ) -> kvtier::actors::storage::Io<Vec<Result<(), kvtier::actors::BackendError>>> {
+        use kvtier::actors::storage::Io;
+        let Io::Ready(res) = self.inner.put(items) else {
+            unreachable!("memory storage completes at once")
+        };
+        let n = self.count();
+        self.objects.set(n);
+        let gate = self.gate.clone();
+        Io::pending(async move {
+            let _ = gate.recv_async().await;
+            res
+        })
+    }
+    fn head(
+        &mut self,
+        keys: Vec<kvtier::ObjectKey>,
+    ) -> kvtier::actors::storage::Io<Vec<Result<Option<u64>, kvtier::actors::BackendError>>> {
+        self.inner.head(keys)
+    }
+    fn get(
+        &mut self,
+        items: Vec<(kvtier::ObjectKey, BytesMut)>,
+    ) -> kvtier::actors::storage::Io<
+        Vec<(
+            BytesMut,
+            Result<kvtier::actors::storage::Fetched, kvtier::actors::BackendError>,
+        )>,
+    > {
+        self.inner.get(items)
+    }
+    fn remove(
+        &mut self,
+        keys: Vec<kvtier::ObjectKey>,
+    ) -> kvtier::actors::storage::Io<
+        Vec<Result<kvtier::actors::storage::Removed, kvtier::actors::BackendError>>,
+    > {
+        let r = self.inner.remove(keys);
+        let n = self.count();
+        self.objects.set(n);
+        r
+    }
+    fn list(
+        &mut self,
+        model: Option<String>,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> kvtier::actors::storage::Io<Result<kvtier::KeyPage, kvtier::actors::BackendError>> {
+        self.inner.list(model, cursor, limit)
+    }
+    fn details(&self) -> serde_json::Value {
+        serde_json::json!({})
+    }
+}
+
+impl GatedWrites {
+    fn count(&mut self) -> usize {
+        use kvtier::actors::storage::{Io, Storage};
+        match Storage::list(&mut self.inner, None, None, usize::MAX) {
+            Io::Ready(Ok(page)) => page.entries.len(),
+            _ => unreachable!("memory storage lists at once"),
+        }
+    }
+}
+
+/// A delete (or an eviction) of a key whose write is still in flight is skipped: otherwise the
+/// two could land at the store in one order and reach the ledger in the other, and usage
+/// would no longer match the store.
+#[actix_rt::test]
+async fn deletes_skip_keys_being_written() {
+    use actix::Actor;
+    use kvtier::actors::{BackendActor, Delete, Evict, GetUsage};
+    let (open, gate) = flume::unbounded();
+    let objects = std::rc::Rc::new(std::cell::Cell::new(0));
+    let storage = GatedWrites {
+        inner: kvtier::actors::backends::memory::MemoryStorage::new(Default::default()),
+        gate,
+        objects: objects.clone(),
+    };
+    let actor = BackendActor::new(0, storage, 0, Vec::new()).start();
+    let store = actor.send(Store {
+        keys: vec![key(1)],
+        objects: vec![payload(1, 32)],
+    });
+    let store = actix_rt::spawn(store);
+    actix_rt::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(objects.get(), 1, "the write reached the store");
+    let del = actor
+        .send(Delete {
+            keys: vec![key(1)],
+            adapter: None,
+        })
+        .await
+        .unwrap();
+    assert!(
+        del.adapters[0].1.is_empty(),
+        "skipped while written: {del:?}"
+    );
+    let evicted = actor
+        .send(Evict {
+            candidates: vec![key(1)],
+            count: 1,
+        })
+        .await
+        .unwrap();
+    assert!(evicted.is_empty(), "not evicted while written");
+    assert_eq!(objects.get(), 1);
+    open.send(()).unwrap();
+    assert!(store.await.unwrap().unwrap().success());
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(
+        (usage.adapters[0].keys, usage.adapters[0].used_bytes),
+        (1, 32)
+    );
+    // Once the write has ended, the key can go.
+    let del = actor
+        .send(Delete {
+            keys: vec![key(1)],
+            adapter: None,
+        })
+        .await
+        .unwrap();
+    assert_eq!(del.adapters[0].1, vec![key(1)]);
+    assert_eq!(objects.get(), 0);
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(
+        (usage.adapters[0].keys, usage.adapters[0].used_bytes),
+        (0, 0)
+    );
+}

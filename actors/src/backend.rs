@@ -3,8 +3,9 @@
 //! It owns everything the semantics define, so every backend behaves the same way:
 //! lock reference counts, the usage ledger (total and per cache salt), the set of keys being
 //! deleted (a lookup never locks a key whose deletion is under way, and a store to it is refused
-//! until the deletion ends), the keys being stored (a delete or an eviction skips a key whose
-//! write is under way, so the two never race in the store), and the usage events it publishes. Storage I/O runs concurrently;
+//! until the deletion ends), the keys being stored (a delete or an eviction skips them until the
+//! write ends, so the two never race at the store and the ledger always follows the last
+//! operation that reached it), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state in the completion closure, on the actor's own
 //! thread, so no lock is ever needed.
 
@@ -138,18 +139,29 @@ impl<S: Storage> BackendActor<S> {
         &mut self,
         results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
     ) {
-        let (mut ok, mut connection_failures) = (0, 0);
+        let (mut ok, mut connection_failures, mut refused) = (0, 0, 0);
         for r in results {
             match r {
                 Ok(_) => ok += 1,
                 Err(BackendError::Connection { .. }) => connection_failures += 1,
+                Err(BackendError::Unavailable { .. }) => refused += 1,
                 Err(_) => {}
             }
         }
         self.storage.observe(Observed::Health {
             ok,
             connection_failures,
+            refused,
         });
+    }
+
+    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
+    /// deleted, and not being written (a delete racing a write could land before or after it
+    /// at the store, while the ledger would follow whichever reply came last).
+    fn removable(&self, key: &ObjectKey) -> bool {
+        !self.locks.contains_key(key)
+            && !self.deleting.contains(key)
+            && !self.storing.contains_key(key)
     }
 
     fn lock(&mut self, key: &ObjectKey) {
@@ -159,15 +171,6 @@ impl<S: Storage> BackendActor<S> {
                 self.locks.insert(key.clone(), 1);
             }
         }
-    }
-
-    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
-    /// deleted, and not being written (a removal racing a write could delete the new object
-    /// while the ledger keeps it, or the reverse).
-    fn removable(&self, key: &ObjectKey) -> bool {
-        !self.locks.contains_key(key)
-            && !self.deleting.contains(key)
-            && !self.storing.contains_key(key)
     }
 
     fn finish_store(

@@ -168,7 +168,7 @@ pub struct Unlock {
     pub keys: Vec<ObjectKey>,
 }
 
-/// Remove keys. Locked keys, and keys with a store in flight, are skipped; unknown keys are
+/// Remove keys. Locked keys and keys with a store in flight are skipped; unknown keys are
 /// no-ops. The reply names exactly the keys removed.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "DeleteReport")]
@@ -194,7 +194,7 @@ impl DeleteReport {
 }
 
 /// Sent by the eviction actor: remove up to `count` keys, taken in order from `candidates`
-/// (least recently used first), skipping locked ones and ones being written.
+/// (least recently used first), skipping locked ones and ones with a store in flight.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Vec<ObjectKey>")]
 pub struct Evict {

@@ -129,13 +129,17 @@ pub enum Observed<'a> {
     Probed(&'a [ObjectKey], &'a [Option<u64>]),
     /// These keys were removed.
     Removed(&'a [ObjectKey]),
-    /// An operation finished with `ok` successful items and `connection_failures` items that
-    /// could not reach the store (for circuit breakers).
+    /// An operation finished with `ok` successful items, `connection_failures` items that
+    /// could not reach the store, and `refused` items that were never sent (for circuit
+    /// breakers).
     Health {
         /// Items that reached the store (a "not found" counts).
         ok: usize,
         /// Items that failed with [`BackendError::Connection`].
         connection_failures: usize,
+        /// Items that failed with [`BackendError::Unavailable`]: refused before any request
+        /// was sent (e.g. by an open breaker), so they say nothing about the store.
+        refused: usize,
     },
 }
 

@@ -1,6 +1,6 @@
 //! A real Garage S3 server for integration tests: one single-node instance per [`Garage`],
 //! bound to 127.0.0.1 only, with its own temporary directory and free ports, so tests can run
-//! in parallel.
+//! in parallel; or a real multi-node cluster, [`GarageCluster`], for fault tests.
 //!
 //! ```ignore
 //! let g = Garage::start();                 // ~0.15-0.3 s (up to ~0.9 s with several at once)
@@ -31,6 +31,25 @@
 //!
 //! The methods block (process spawns and polling); from an async test they stall the calling
 //! thread for the duration, which is fine for `start`, `stop` and `restart` in tests.
+//!
+//! ## Clusters
+//!
+//! ```ignore
+//! let mut c = GarageCluster::start(3);     // ~2 s: 3 nodes, replication_factor = 3
+//! c.create_bucket("kvtier-test");
+//! let ep = c.node(0).s3_endpoint.clone();  // any node serves S3 for the whole cluster
+//! c.stop(2);                               // SIGKILL one node: quorum 2 of 3 still holds
+//! c.restart(2);                            // back, reconnected to the running nodes
+//! ```
+//!
+//! Each node is a [`Garage`] of its own (directory, RPC/S3/admin ports on 127.0.0.1, log,
+//! watchdog), all sharing one `rpc_secret`. Started without `--single-node`: the harness
+//! connects every pair (`garage node connect <id>@127.0.0.1:<rpc>`), assigns every node a role
+//! in a zone of its own (`dc1`, `dc2`, …; `garage layout assign -z dcN -c 1G <id>`), applies
+//! layout version 1, imports the test key (`garage key import`, `garage key allow
+//! --create-bucket`) and waits until every node reports a healthy cluster. A restarted node
+//! is reconnected explicitly to the running ones (Garage's own peer discovery retries only
+//! every 60 s).
 
 #![allow(dead_code)]
 
@@ -82,6 +101,8 @@ pub struct Garage {
     pub admin_token: String,
     rpc_port: u16,
     admin_port: u16,
+    rpc_secret: String,
+    mode: Mode,
     bin: PathBuf,
     config_path: PathBuf,
     log_path: PathBuf,
@@ -96,7 +117,11 @@ impl Garage {
     /// until the S3 API answers and the cluster is healthy. Panics (with the log tail) if it
     /// does not come up within 30 s.
     pub fn start() -> Garage {
-        let bin = garage_binary();
+        Self::start_with(garage_binary(), Mode::SingleNode, random_hex(32))
+    }
+
+    /// Starts one server in `mode`, retrying with new ports (and directory) when one was taken.
+    fn start_with(bin: PathBuf, mode: Mode, rpc_secret: String) -> Garage {
         let mut last_log = String::new();
         for _ in 0..START_ATTEMPTS {
             let dir = tempfile::Builder::new()
@@ -115,6 +140,8 @@ impl Garage {
                 admin_token: random_hex(32),
                 rpc_port,
                 admin_port,
+                rpc_secret: rpc_secret.clone(),
+                mode,
                 bin: bin.clone(),
                 config_path: dir.path().join("garage.toml"),
                 log_path: dir.path().join("garage.log"),
@@ -279,7 +306,7 @@ impl Garage {
 metadata_dir = "{meta}"
 data_dir = "{data}"
 db_engine = "sqlite"
-replication_factor = 1
+replication_factor = {replication}
 
 rpc_bind_addr = "127.0.0.1:{rpc}"
 rpc_public_addr = "127.0.0.1:{rpc}"
@@ -297,7 +324,11 @@ admin_token = "{admin_token}"
             meta = dir.join("meta").display(),
             data = dir.join("data").display(),
             rpc = self.rpc_port,
-            rpc_secret = random_hex(32),
+            rpc_secret = self.rpc_secret,
+            replication = match self.mode {
+                Mode::SingleNode => 1,
+                Mode::Member { replication } => replication,
+            },
             s3 = self.s3_port,
             region = self.region,
             root_domain = self.root_domain,
@@ -332,12 +363,18 @@ admin_token = "{admin_token}"
         let rust_log = std::env::var("KVTIER_GARAGE_LOG")
             .unwrap_or_else(|_| "netapp=info,garage=info".to_string());
         let mut cmd = self.command();
-        cmd.env("RUST_LOG", rust_log)
-            .env("GARAGE_DEFAULT_ACCESS_KEY", &self.access_key_id)
-            .env("GARAGE_DEFAULT_SECRET_KEY", &self.secret_access_key)
-            .args(["server", "--single-node", "--default-access-key"])
-            .stdout(log)
-            .stderr(log_err);
+        cmd.env("RUST_LOG", rust_log);
+        match self.mode {
+            Mode::SingleNode => {
+                cmd.env("GARAGE_DEFAULT_ACCESS_KEY", &self.access_key_id)
+                    .env("GARAGE_DEFAULT_SECRET_KEY", &self.secret_access_key)
+                    .args(["server", "--single-node", "--default-access-key"]);
+            }
+            Mode::Member { .. } => {
+                cmd.arg("server");
+            }
+        }
+        cmd.stdout(log).stderr(log_err);
         let child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", self.bin.display()));
@@ -392,8 +429,10 @@ admin_token = "{admin_token}"
 
     /// Ready when the admin API, asked with this instance's token (so it is this instance
     /// answering, not whoever took the port), reports a healthy cluster (layout applied, node
-    /// up), and the S3 port answers HTTP (a 403 to this anonymous request).
+    /// up), and the S3 port answers HTTP (a 403 to this anonymous request). A cluster member
+    /// is ready as soon as both APIs answer: its cluster's health is the cluster's business.
     fn probe(&self) -> Probe {
+        let member = matches!(self.mode, Mode::Member { .. });
         match http_get(
             self.admin_port,
             "/v2/GetClusterHealth",
@@ -401,7 +440,7 @@ admin_token = "{admin_token}"
         ) {
             // Our own admin server always accepts our token: another server holds the port.
             Some((401 | 403, _)) => Probe::ForeignAdmin,
-            Some((200, body)) if body.contains("\"healthy\"") => {
+            Some((200, body)) if member || body.contains("\"healthy\"") => {
                 if http_get(self.s3_port, "/", None).is_some() {
                     Probe::Ready
                 } else {
@@ -410,6 +449,31 @@ admin_token = "{admin_token}"
             }
             _ => Probe::NotYet,
         }
+    }
+
+    /// This node's full id and RPC address, `<64 hex digits>@127.0.0.1:<port>` (what
+    /// `garage node connect` takes).
+    pub fn node_id(&self) -> String {
+        self.cli(&["node", "id", "-q"]).trim().to_string()
+    }
+
+    /// The admin API's `GetClusterHealth` reply as seen by this node, with whitespace
+    /// removed (e.g. `{"status":"healthy","knownNodes":3,…}`), or `None` if it does not
+    /// answer.
+    pub fn cluster_health(&self) -> Option<String> {
+        match http_get(
+            self.admin_port,
+            "/v2/GetClusterHealth",
+            Some(&self.admin_token),
+        ) {
+            Some((200, body)) => Some(body.chars().filter(|c| !c.is_whitespace()).collect()),
+            _ => None,
+        }
+    }
+
+    /// The RPC port (other nodes connect here).
+    pub fn rpc_port(&self) -> u16 {
+        self.rpc_port
     }
 
     fn signal(&self, sig: &str) {
@@ -433,6 +497,15 @@ impl Drop for Garage {
             }
         }
     }
+}
+
+/// How a server runs.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// `--single-node --default-access-key`: layout and key set up by the server itself.
+    SingleNode,
+    /// A member of a [`GarageCluster`]: layout and key set up by the harness.
+    Member { replication: usize },
 }
 
 enum StartError {
@@ -478,6 +551,157 @@ impl Watchdog {
         let _ = self.stdin.write_all(b"disarm\n");
         drop(self.stdin);
         let _ = self.child.wait();
+    }
+}
+
+/// A cluster of Garage nodes on 127.0.0.1 whose `replication_factor` is the node count, with
+/// the test key imported. See the module docs. Dropping it stops every node.
+pub struct GarageCluster {
+    nodes: Vec<Garage>,
+    /// `<id>@127.0.0.1:<rpc port>` of every node.
+    ids: Vec<String>,
+    /// `"garage"`.
+    pub region: String,
+    /// [`TEST_ACCESS_KEY_ID`].
+    pub access_key_id: String,
+    /// [`TEST_SECRET_ACCESS_KEY`].
+    pub secret_access_key: String,
+}
+
+impl GarageCluster {
+    /// Starts `n` nodes (1 to 7) with `replication_factor = n`, one zone each, connects them,
+    /// applies the layout, imports the test key and waits until every node sees all `n`
+    /// storage nodes up. Panics with the logs if any step fails.
+    pub fn start(n: usize) -> GarageCluster {
+        assert!((1..=7).contains(&n), "a cluster of {n} nodes");
+        let bin = garage_binary();
+        let secret = random_hex(32);
+        let nodes: Vec<Garage> = (0..n)
+            .map(|_| {
+                Garage::start_with(bin.clone(), Mode::Member { replication: n }, secret.clone())
+            })
+            .collect();
+        let ids: Vec<String> = nodes.iter().map(Garage::node_id).collect();
+        let c = GarageCluster {
+            nodes,
+            ids,
+            region: REGION.to_string(),
+            access_key_id: TEST_ACCESS_KEY_ID.to_string(),
+            secret_access_key: TEST_SECRET_ACCESS_KEY.to_string(),
+        };
+        // A full mesh at once; Garage's own gossip would take one status exchange (10 s).
+        for i in 0..n {
+            for j in i + 1..n {
+                c.nodes[i].cli(&["node", "connect", &c.ids[j]]);
+            }
+        }
+        let first = &c.nodes[0];
+        for (i, id) in c.ids.iter().enumerate() {
+            let hex = id.split('@').next().expect("node id");
+            let zone = format!("dc{}", i + 1);
+            first.cli(&["layout", "assign", "-z", &zone, "-c", "1G", hex]);
+        }
+        first.cli(&["layout", "apply", "--version", "1"]);
+        first.cli(&[
+            "key",
+            "import",
+            "--yes",
+            "-n",
+            "kvtier-test",
+            TEST_ACCESS_KEY_ID,
+            TEST_SECRET_ACCESS_KEY,
+        ]);
+        first.cli(&["key", "allow", "--create-bucket", TEST_ACCESS_KEY_ID]);
+        c.wait_converged();
+        c
+    }
+
+    /// The number of nodes (running or not).
+    pub fn node_count(&self) -> usize {
+        self.nodes.len()
+    }
+
+    /// Node `i` (its `s3_endpoint` serves the whole cluster's S3 API).
+    pub fn node(&self, i: usize) -> &Garage {
+        &self.nodes[i]
+    }
+
+    /// Whether node `i` runs (it may be frozen).
+    pub fn is_running(&mut self, i: usize) -> bool {
+        self.nodes[i].is_running()
+    }
+
+    /// Creates bucket `name` through the first running node and gives the test key read,
+    /// write and owner rights on it.
+    pub fn create_bucket(&self, name: &str) {
+        let node = self
+            .nodes
+            .iter()
+            .find(|g| g.pid().is_some())
+            .expect("no node of the cluster runs");
+        node.create_bucket(name);
+    }
+
+    /// Kills node `i` (SIGKILL, like a crash) and waits until the running nodes have seen it
+    /// go. Its directory and ports are kept for [`GarageCluster::restart`].
+    pub fn stop(&mut self, i: usize) {
+        self.nodes[i].stop();
+        self.wait_converged();
+    }
+
+    /// Kills every node, last first.
+    pub fn stop_all(&mut self) {
+        for g in self.nodes.iter_mut().rev() {
+            g.stop();
+        }
+    }
+
+    /// Starts node `i` again on its directory and ports, connects it to every running node
+    /// and waits until the running nodes see each other.
+    pub fn restart(&mut self, i: usize) {
+        self.nodes[i].restart();
+        for j in 0..self.nodes.len() {
+            if j != i && self.nodes[j].pid().is_some() {
+                self.nodes[i].cli(&["node", "connect", &self.ids[j]]);
+            }
+        }
+        self.wait_converged();
+    }
+
+    /// Waits (up to 30 s) until every running node counts exactly the running nodes as its
+    /// storage nodes up, and reports `healthy` when all run. Panics with every log tail.
+    pub fn wait_converged(&self) {
+        let running: Vec<&Garage> = self.nodes.iter().filter(|g| g.pid().is_some()).collect();
+        let up = format!("\"storageNodesUp\":{},", running.len());
+        let all = running.len() == self.nodes.len();
+        let deadline = Instant::now() + READY_TIMEOUT;
+        loop {
+            let healths: Vec<Option<String>> = running.iter().map(|g| g.cluster_health()).collect();
+            let done = healths.iter().all(|h| {
+                h.as_deref().is_some_and(|h| {
+                    h.contains(&up) && (!all || h.contains("\"status\":\"healthy\""))
+                })
+            });
+            if done {
+                return;
+            }
+            if Instant::now() > deadline {
+                let logs: Vec<String> = self
+                    .nodes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, g)| format!("--- node {i} log ---\n{}", g.log_tail(20)))
+                    .collect();
+                panic!(
+                    "Garage cluster did not converge within {READY_TIMEOUT:?} ({} of {} nodes \
+                     running); health per running node: {healths:?}\n{}",
+                    running.len(),
+                    self.nodes.len(),
+                    logs.join("\n")
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 }
 

@@ -11,7 +11,9 @@
 //! backend actor's arbiter, bounded to `s3_num_io_threads` in flight. A circuit breaker opens
 //! after 3 consecutive connection-level failures: requests then fail at once without network
 //! traffic; after `circuit_breaker_cooldown_secs` one request is let through as a probe, and a
-//! success closes the breaker again.
+//! success closes the breaker again. While the breaker is not closed, lookups do not trust the
+//! size cache: every key is probed, so lookups are misses at once (or the half-open probe)
+//! instead of locking keys whose loads cannot succeed.
 
 mod client;
 mod config;
@@ -84,7 +86,10 @@ impl Breaker {
         }
     }
 
-    fn record(&mut self, ok: usize, connection_failures: usize) {
+    /// Follows one operation's outcome. `refused` items were turned away by [`Breaker::admit`]
+    /// itself and never reached the network: they must not close a half-open breaker (only
+    /// the probe's own outcome may), nor count as failures.
+    fn record(&mut self, ok: usize, connection_failures: usize, refused: usize) {
         if ok > 0 {
             if self.state != BreakerState::Closed {
                 tracing::info!("s3 circuit breaker closed: the store answers again");
@@ -102,6 +107,8 @@ impl Breaker {
                 };
                 self.opened += 1;
             }
+        } else if refused > 0 {
+            // Turned away by the breaker: nothing was learnt about the store.
         } else if self.state == BreakerState::HalfOpen {
             // The probe reached the store, even if the request itself was refused.
             self.state = BreakerState::Closed;
@@ -609,13 +616,20 @@ impl Storage for S3Storage {
         }))
     }
 
+    /// Only while the breaker is closed: with the store unreachable, a size-cache hit would
+    /// lock a key whose load must miss.
+    fn lookups_trust_ledger(&self) -> bool {
+        self.breaker.state == BreakerState::Closed
+    }
+
     fn observe(&mut self, what: Observed<'_>) {
         if let Observed::Health {
             ok,
             connection_failures,
+            refused,
         } = what
         {
-            self.breaker.record(ok, connection_failures);
+            self.breaker.record(ok, connection_failures, refused);
         }
     }
 
@@ -660,5 +674,57 @@ fn map_io<T: 'static, U: 'static>(io: Io<T>, f: impl FnOnce(T) -> U + 'static) -
     match io {
         Io::Ready(v) => Io::Ready(f(v)),
         Io::Pending(fut) => Io::pending(async move { f(fut.await) }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn breaker(cooldown: Duration) -> Breaker {
+        Breaker {
+            state: BreakerState::Closed,
+            failures: 0,
+            cooldown,
+            opened: 0,
+            fast_failures: 0,
+        }
+    }
+
+    #[test]
+    fn opens_after_three_connection_failures() {
+        let mut b = breaker(Duration::from_secs(60));
+        b.record(0, 2, 0);
+        assert_eq!(b.name(), "closed");
+        b.record(0, 1, 0);
+        assert_eq!(b.name(), "open");
+        assert!(b.admit().is_err());
+        assert_eq!(b.fast_failures, 1);
+    }
+
+    /// Requests refused while the probe is in flight must not close the breaker: only the
+    /// probe's outcome decides (before this was fixed, the first refused request closed it, and
+    /// requests went to the dead store again, slowly, until three more failures).
+    #[test]
+    fn refused_requests_do_not_close_a_half_open_breaker() {
+        let mut b = breaker(Duration::ZERO);
+        b.record(0, 3, 0);
+        assert_eq!(b.name(), "open");
+        assert!(
+            b.admit().is_ok(),
+            "the probe goes through after the cooldown"
+        );
+        assert_eq!(b.name(), "half-open");
+        assert!(b.admit().is_err(), "others wait for the probe");
+        b.record(0, 0, 1);
+        assert_eq!(b.name(), "half-open");
+        // The probe fails: open again.
+        b.record(0, 1, 0);
+        assert_eq!(b.name(), "open");
+        // Next probe reaches the store (a 404 or 5xx counts): closed.
+        assert!(b.admit().is_ok());
+        b.record(0, 0, 0);
+        assert_eq!(b.name(), "closed");
+        assert_eq!(b.failures, 0);
     }
 }
