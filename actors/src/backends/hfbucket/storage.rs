@@ -24,6 +24,9 @@ use crate::messages::KeyPage;
 use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
 use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
+/// The metadata cache is first swept of expired entries when it holds this many.
+const MIN_SWEEP_AT: usize = 1024;
+
 /// How long to wait before trying to open a Xet reader again after it failed.
 const XET_RETRY_AFTER: Duration = Duration::from_secs(30);
 
@@ -242,6 +245,8 @@ pub struct HfStorage {
     ttl: Duration,
     /// Path → what is known about it (the TTL metadata cache).
     cache: HashMap<String, Known>,
+    /// Cache size that triggers the next sweep of expired entries.
+    sweep_at: usize,
     create_if_missing: bool,
     bucket_ready: bool,
     rebuild: bool,
@@ -309,6 +314,7 @@ impl HfStorage {
             workers: cfg.num_workers,
             ttl: Duration::from_secs_f64(cfg.metadata_cache_ttl_secs),
             cache: HashMap::new(),
+            sweep_at: MIN_SWEEP_AT,
             create_if_missing: cfg.create_bucket_if_missing,
             bucket_ready: false,
             rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
@@ -342,9 +348,13 @@ impl HfStorage {
                 at: Instant::now(),
             },
         );
-        if self.cache.len() % 1024 == 0 {
-            let ttl = self.ttl;
-            self.cache.retain(|_, k| k.at.elapsed() < ttl);
+        // Expired entries are dropped when the cache has doubled since the last sweep, so a
+        // sweep costs O(1) per insert on average. (Sweeping whenever the size was a multiple
+        // of 1024 swept on *every* refresh of a cache holding 1024·k entries.)
+        if self.cache.len() >= self.sweep_at {
+            let (ttl, now) = (self.ttl, Instant::now());
+            self.cache.retain(|_, k| now.duration_since(k.at) < ttl);
+            self.sweep_at = (2 * self.cache.len()).max(MIN_SWEEP_AT);
         }
     }
 
