@@ -458,3 +458,27 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
     assert_eq!(load_counters(&tier).await, (1, 1, 1));
     tier.shutdown();
 }
+
+#[actix_rt::test]
+async fn a_cache_of_1024_entries_is_not_swept_on_every_refresh() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let keys: Vec<_> = (0..1024).map(key).collect();
+    let rep = tier
+        .store(keys.clone(), (0..1024).map(|i| payload(i, 8)).collect())
+        .await
+        .unwrap();
+    assert!(rep.success(), "{rep:?}");
+    for _ in 0..3 {
+        assert!(tier.lookup_and_lock(keys.clone()).await.unwrap().all());
+    }
+    let st = tier.status().await.unwrap();
+    let cache = &st.adapters[0].details["metadata_cache"];
+    assert_eq!(cache["entries"].as_u64(), Some(1024));
+    assert_eq!(cache["hits"].as_u64(), Some(3 * 1024));
+    // One sweep when the cache first reached 1024 entries; refreshing them sweeps no more.
+    assert!(cache["sweeps"].as_u64().unwrap() <= 1, "{cache}");
+    tier.shutdown();
+}

@@ -247,6 +247,8 @@ pub struct HfStorage {
     cache: HashMap<String, Known>,
     /// Cache size that triggers the next sweep of expired entries.
     sweep_at: usize,
+    /// Sweeps so far.
+    cache_sweeps: u64,
     create_if_missing: bool,
     bucket_ready: bool,
     rebuild: bool,
@@ -315,6 +317,7 @@ impl HfStorage {
             ttl: Duration::from_secs_f64(cfg.metadata_cache_ttl_secs),
             cache: HashMap::new(),
             sweep_at: MIN_SWEEP_AT,
+            cache_sweeps: 0,
             create_if_missing: cfg.create_bucket_if_missing,
             bucket_ready: false,
             rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
@@ -355,6 +358,7 @@ impl HfStorage {
             let (ttl, now) = (self.ttl, Instant::now());
             self.cache.retain(|_, k| now.duration_since(k.at) < ttl);
             self.sweep_at = (2 * self.cache.len()).max(MIN_SWEEP_AT);
+            self.cache_sweeps += 1;
         }
     }
 
@@ -732,6 +736,7 @@ impl Storage for HfStorage {
                 "entries": self.cache.len(),
                 "hits": self.cache_hits,
                 "misses": self.cache_misses,
+                "sweeps": self.cache_sweeps,
             },
             "bucket_ready": self.bucket_ready,
             "loads": {
