@@ -317,3 +317,168 @@ async fn restart_recovers_usage_and_close_removes_temp_files() {
     assert_eq!(tier.usage().await.unwrap(), before);
     tier.shutdown();
 }
+
+/// The adapter's load counters from `status`: (xet, resolve, xet_fallbacks).
+async fn load_counters(tier: &Tier) -> (u64, u64, u64) {
+    let st = tier.status().await.unwrap();
+    let l = &st.adapters[0].details["loads"];
+    let n = |f: &str| l[f].as_u64().unwrap();
+    (n("xet"), n("resolve"), n("xet_fallbacks"))
+}
+
+#[actix_rt::test]
+async fn loads_stream_through_xet_without_resolve() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let keys: Vec<_> = (0..6).map(key).collect();
+    let payloads: Vec<_> = (0..6).map(|i| payload(i, 3000 + i as usize)).collect();
+    assert!(tier
+        .store(keys.clone(), payloads.clone())
+        .await
+        .unwrap()
+        .success());
+    fx.hub.reset_requests();
+    for round in 0..2 {
+        let bufs = payloads.iter().map(|p| BytesMut::zeroed(p.len())).collect();
+        let loaded = tier.load(keys.clone(), bufs).await.unwrap();
+        assert!(loaded.hits.all(), "round {round}");
+        for (b, p) in loaded.buffers.iter().zip(&payloads) {
+            assert_eq!(&b[..], &p[..]);
+        }
+    }
+    assert_eq!(fx.hub.requests(Route::Resolve), 0, "no resolve");
+    assert_eq!(fx.hub.requests(Route::Bytes), 0, "no bytes through the Hub");
+    assert_eq!(
+        fx.hub.requests(Route::PathsInfo),
+        0,
+        "the hashes come from the store"
+    );
+    assert_eq!(
+        fx.hub.requests(Route::XetReadToken),
+        1,
+        "one reader for every load"
+    );
+    assert_eq!(load_counters(&tier).await, (12, 0, 0));
+
+    // A buffer of the wrong size is a miss and is left as it was, with no transfer.
+    let loaded = tier
+        .load(vec![key(0)], vec![BytesMut::from(&[7u8; 2999][..])])
+        .await
+        .unwrap();
+    assert!(!loaded.hits.get(0));
+    assert!(loaded.buffers[0].iter().all(|&b| b == 7));
+    assert_eq!(load_counters(&tier).await, (13, 0, 0));
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn loads_of_uncached_keys_ask_paths_info_once_then_use_xet() {
+    let fx = Hf::new();
+    let mut c = fx.config(&fx.run);
+    c.metadata_cache_ttl_secs = 0.0;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    let keys: Vec<_> = (0..4).map(key).collect();
+    tier.store(keys.clone(), (0..4).map(|i| payload(i, 500)).collect())
+        .await
+        .unwrap();
+    fx.hub.reset_requests();
+    let mut bufs: Vec<_> = (0..4).map(|_| BytesMut::zeroed(500)).collect();
+    bufs.push(BytesMut::zeroed(500));
+    let mut with_missing = keys.clone();
+    with_missing.push(key(99));
+    let loaded = tier.load(with_missing, bufs).await.unwrap();
+    assert_eq!(format!("{}", loaded.hits), "11110");
+    assert_eq!(&loaded.buffers[3][..], &payload(3, 500)[..]);
+    assert_eq!(fx.hub.requests(Route::PathsInfo), 1, "one per batch");
+    assert_eq!(fx.hub.requests(Route::Resolve), 0);
+    assert_eq!(load_counters(&tier).await, (4, 0, 0));
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn loads_fall_back_to_resolve_when_xet_is_unavailable() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let keys: Vec<_> = (0..3).map(key).collect();
+    tier.store(keys.clone(), (0..3).map(|i| payload(i, 700)).collect())
+        .await
+        .unwrap();
+    fx.hub.reset_requests();
+    // The read-token route refuses: no reader, every load follows resolve.
+    fx.hub.fail_next(1, 403, Some(Route::XetReadToken));
+    let loaded = tier
+        .load(
+            keys.clone(),
+            (0..3).map(|_| BytesMut::zeroed(700)).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(loaded.hits.all());
+    assert_eq!(&loaded.buffers[2][..], &payload(2, 700)[..]);
+    assert_eq!(fx.hub.requests(Route::XetReadToken), 1);
+    assert_eq!(fx.hub.requests(Route::Resolve), 3);
+    assert_eq!(load_counters(&tier).await, (0, 3, 0));
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn a_failed_xet_load_falls_back_to_resolve() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap();
+    // A file whose xetHash the CAS does not know: the Xet stream ends empty (debug builds of
+    // xet-data also print a debug assertion from one of its background tasks), the adapter
+    // falls back to resolve, and resolve answers 404.
+    let path = format!(
+        "{}/{}",
+        fx.run,
+        kvtier::actors::key::hf_encode(&key(2).object_name(kvtier::NameFormat::Seed))
+    );
+    fx.hub.insert_file(BUCKET, &path, &"ab".repeat(32), 64);
+    fx.hub.reset_requests();
+    let loaded = tier
+        .load(
+            vec![key(1), key(2)],
+            vec![BytesMut::zeroed(64), BytesMut::zeroed(64)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(format!("{}", loaded.hits), "10");
+    assert_eq!(fx.hub.requests(Route::Resolve), 1, "only the failed one");
+    assert_eq!(load_counters(&tier).await, (1, 1, 1));
+    tier.shutdown();
+}
+
+#[actix_rt::test]
+async fn a_cache_of_1024_entries_is_not_swept_on_every_refresh() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let keys: Vec<_> = (0..1024).map(key).collect();
+    let rep = tier
+        .store(keys.clone(), (0..1024).map(|i| payload(i, 8)).collect())
+        .await
+        .unwrap();
+    assert!(rep.success(), "{rep:?}");
+    for _ in 0..3 {
+        assert!(tier.lookup_and_lock(keys.clone()).await.unwrap().all());
+    }
+    let st = tier.status().await.unwrap();
+    let cache = &st.adapters[0].details["metadata_cache"];
+    assert_eq!(cache["entries"].as_u64(), Some(1024));
+    assert_eq!(cache["hits"].as_u64(), Some(3 * 1024));
+    // One sweep when the cache first reached 1024 entries; refreshing them sweeps no more.
+    assert!(cache["sweeps"].as_u64().unwrap() <= 1, "{cache}");
+    tier.shutdown();
+}

@@ -7,7 +7,6 @@ use std::io::Read;
 use std::thread::sleep;
 use std::time::Duration;
 
-use bytes::BytesMut;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -34,6 +33,18 @@ pub struct Entry {
     /// Size in bytes (files).
     #[serde(default)]
     pub size: u64,
+    /// The Xet hash of the file's content (files stored through Xet).
+    #[serde(rename = "xetHash", default)]
+    pub xet_hash: Option<String>,
+}
+
+/// What `paths-info` says about one file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileMeta {
+    /// Size in bytes.
+    pub size: u64,
+    /// The Xet hash of its content, when the Hub gives one.
+    pub xet_hash: Option<String>,
 }
 
 /// A `batch` reply.
@@ -213,6 +224,15 @@ impl HubClient {
 
     /// Sizes of the files among `paths` (missing paths are absent from the map).
     pub fn paths_info(&self, paths: &[String]) -> Result<HashMap<String, u64>, BackendError> {
+        Ok(self
+            .paths_meta(paths)?
+            .into_iter()
+            .map(|(p, m)| (p, m.size))
+            .collect())
+    }
+
+    /// Size and Xet hash of the files among `paths` (missing paths are absent from the map).
+    pub fn paths_meta(&self, paths: &[String]) -> Result<HashMap<String, FileMeta>, BackendError> {
         let mut out = HashMap::new();
         for chunk in paths.chunks(MAX_PER_REQUEST) {
             let r = self.call("paths-info", |a| {
@@ -220,12 +240,13 @@ impl HubClient {
                     .send_json(json!({ "paths": chunk }))
             })?;
             let entries: Vec<Entry> = Self::expect_json("paths-info", r)?;
-            out.extend(
-                entries
-                    .into_iter()
-                    .filter(|e| e.kind == "file")
-                    .map(|e| (e.path, e.size)),
-            );
+            out.extend(entries.into_iter().filter(|e| e.kind == "file").map(|e| {
+                let meta = FileMeta {
+                    size: e.size,
+                    xet_hash: e.xet_hash,
+                };
+                (e.path, meta)
+            }));
         }
         Ok(out)
     }
@@ -290,6 +311,19 @@ impl HubClient {
         self.api("/xet-write-token")
     }
 
+    /// A Xet read token for this bucket.
+    pub fn xet_read_token(&self) -> Result<XetToken, BackendError> {
+        let r = self.call("xet-read-token", |a| {
+            self.auth(a.get(self.api("/xet-read-token"))).call()
+        })?;
+        Self::expect_json("xet-read-token", r)
+    }
+
+    /// The URL of the read-token route (for Xet's token refresher).
+    pub fn xet_read_token_url(&self) -> String {
+        self.api("/xet-read-token")
+    }
+
     /// The `Authorization` header value, if there is a token.
     pub fn bearer(&self) -> Option<String> {
         self.token
@@ -299,7 +333,7 @@ impl HubClient {
 
     /// Downloads `path` straight into `buf` (following the resolve redirect); a size other than
     /// `buf.len()` is a mismatch and a missing file is absent.
-    pub fn download(&self, path: &str, buf: &mut BytesMut) -> Result<Fetched, BackendError> {
+    pub fn download(&self, path: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let url = format!(
             "{}/buckets/{}/resolve/{}",
             self.endpoint,

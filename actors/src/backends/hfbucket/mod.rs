@@ -4,8 +4,12 @@
 //! upload through Xet and register the files with batch `addFile` lines; after any failure
 //! they ask `paths-info` which objects landed and count exactly those. Lookups go through a TTL
 //! metadata cache (negative results cached; TTL 0 disables it) and batched `paths-info` for the
-//! rest. Loads follow `resolve` and stream the bytes straight into the caller's buffer. All
-//! blocking Hub calls run on the adapter's worker pool.
+//! rest. Loads stream each object out of the Xet CAS by its `xetHash` straight into the
+//! caller's buffer, through one long-lived Xet download-stream group; the hashes come from the
+//! store, a lookup, or one `paths-info` per load batch. That path was measured faster than
+//! `resolve` (see BENCHMARKS.md); `resolve` (302 → bytes into the buffer) remains the fallback
+//! when no Xet reader can be opened or a Xet read fails. All blocking Hub calls and Xet
+//! transfers run on the adapter's worker pool.
 
 mod config;
 pub mod hub;

@@ -1,4 +1,10 @@
 //! [`HfStorage`]: the [`Storage`] of the `hfbucket` adapter.
+//!
+//! The storage is owned by its backend actor, and so is all its state: the metadata cache
+//! (size and Xet hash per path), the shared Xet reader and the load counters. Worker jobs do not
+//! touch that state; they report what they learnt (hashes of stored files, `paths-info`
+//! answers, a newly opened reader, which path served each load) on a channel that the storage
+//! drains at the start of its next call.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -10,19 +16,94 @@ use bytes::{Bytes, BytesMut};
 use serde_json::json;
 
 use super::config::HfBucketConfig;
-use super::hub::{HubClient, MAX_PER_REQUEST};
-use super::xet;
+use super::hub::{FileMeta, HubClient, MAX_PER_REQUEST};
+use super::xet::{self, XetReader};
 use crate::backends::memory::page_of;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
 use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
-/// What worker jobs share: the Hub client, the name format and the Xet cache directory.
+/// The metadata cache is first swept of expired entries when it holds this many.
+const MIN_SWEEP_AT: usize = 1024;
+
+/// How long to wait before trying to open a Xet reader again after it failed.
+const XET_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// What worker jobs learn and tell the storage actor (through a channel it drains on its next
+/// call: state stays in the actor).
+enum Learnt {
+    /// Paths a store registered, with their sizes and Xet hashes.
+    Stored(Vec<(String, u64, String)>),
+    /// `paths-info` answers (`None`: absent).
+    Meta(Vec<(String, Option<FileMeta>)>),
+    /// A Xet reader opened by a load, or the time opening one failed.
+    Reader(Result<Arc<XetReader>, Instant>),
+    /// Loads served through Xet and through `resolve`, and Xet failures that fell back.
+    Loads {
+        xet: u64,
+        resolve: u64,
+        fallbacks: u64,
+    },
+}
+
+/// What worker jobs share: the Hub client, the name format, the Xet cache directory, and the
+/// channel back to the storage actor.
 struct Ctx {
     hub: HubClient,
     format: NameFormat,
     xet_dir: PathBuf,
+    learnt: flume::Sender<Learnt>,
+}
+
+/// How one load is served.
+#[derive(Debug, Clone)]
+enum Plan {
+    /// Stream from the Xet CAS (size and hash known).
+    Xet { size: u64, hash: Arc<str> },
+    /// Follow `resolve`.
+    Resolve,
+    /// `paths-info` says there is no such file.
+    Absent,
+    /// Not known yet: ask `paths-info` first.
+    Ask,
+}
+
+/// A load job's share: the context and the Xet reader, if there is one.
+struct LoadCtx {
+    ctx: Arc<Ctx>,
+    reader: Option<Arc<XetReader>>,
+}
+
+/// Which path served one load.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Served {
+    Xet,
+    Resolve,
+    Fallback,
+    Nothing,
+}
+
+/// Loads one object along its plan; a Xet failure falls back to `resolve`.
+fn load_one(
+    lc: &LoadCtx,
+    (path, plan, mut buf): (String, Plan, BytesMut),
+) -> (BytesMut, Result<Fetched, BackendError>, Served) {
+    match (plan, lc.reader.as_deref()) {
+        (Plan::Absent, _) => (buf, Ok(Fetched::Absent), Served::Nothing),
+        (Plan::Xet { size, hash }, Some(reader)) => match reader.read_into(&hash, size, &mut buf) {
+            Ok(f) => (buf, Ok(f), Served::Xet),
+            Err(e) => {
+                tracing::debug!(error = %e, path, "Xet load failed; falling back to resolve");
+                let res = lc.ctx.hub.download(&path, &mut buf);
+                (buf, res, Served::Fallback)
+            }
+        },
+        _ => {
+            let res = lc.ctx.hub.download(&path, &mut buf);
+            (buf, res, Served::Resolve)
+        }
+    }
 }
 
 impl Ctx {
@@ -105,11 +186,35 @@ impl Ctx {
                 }
             }
         }
-        if !doubtful {
-            return results;
+        let results = if doubtful {
+            self.confirm(&paths, &items, results, &failed)
+        } else {
+            results
+        };
+        let stored: Vec<(String, u64, String)> = paths
+            .iter()
+            .zip(&uploads)
+            .zip(&results)
+            .filter_map(|((p, up), res)| match (up, res) {
+                (Ok(u), Ok(())) => Some((p.clone(), u.size, u.hash.clone())),
+                _ => None,
+            })
+            .collect();
+        if !stored.is_empty() {
+            let _ = self.learnt.send(Learnt::Stored(stored));
         }
-        // Batch writes are not transactional: confirm what landed.
-        let landed = self.hub.paths_info(&paths);
+        results
+    }
+
+    /// Batch writes are not transactional: asks `paths-info` what landed after a failure.
+    fn confirm(
+        &self,
+        paths: &[String],
+        items: &[(ObjectKey, Bytes)],
+        results: Vec<Result<(), BackendError>>,
+        failed: &HashMap<String, String>,
+    ) -> Vec<Result<(), BackendError>> {
+        let landed = self.hub.paths_info(paths);
         paths
             .iter()
             .zip(items.iter())
@@ -138,14 +243,38 @@ pub struct HfStorage {
     pool: Addr<WorkerPool>,
     workers: usize,
     ttl: Duration,
-    /// Path → (size, or `None` when absent; when it was learnt).
-    cache: HashMap<String, (Option<u64>, Instant)>,
+    /// Path → what is known about it (the TTL metadata cache).
+    cache: HashMap<String, Known>,
+    /// Cache size that triggers the next sweep of expired entries.
+    sweep_at: usize,
+    /// Sweeps so far.
+    cache_sweeps: u64,
     create_if_missing: bool,
     bucket_ready: bool,
     rebuild: bool,
     tmp_root: PathBuf,
     cache_hits: u64,
     cache_misses: u64,
+    /// What worker jobs learnt, drained at the start of every call.
+    learnt: flume::Receiver<Learnt>,
+    /// The Xet reader every load shares, once a load has opened it.
+    reader: Option<Arc<XetReader>>,
+    /// When opening a reader last failed (loads use `resolve` until [`XET_RETRY_AFTER`]).
+    reader_failed: Option<Instant>,
+    loads_xet: u64,
+    loads_resolve: u64,
+    xet_fallbacks: u64,
+}
+
+/// One entry of the metadata cache.
+#[derive(Debug, Clone)]
+struct Known {
+    /// The size, or `None` when the path is absent.
+    size: Option<u64>,
+    /// The Xet hash of the content, when known.
+    xet_hash: Option<Arc<str>>,
+    /// When it was learnt.
+    at: Instant,
 }
 
 impl HfStorage {
@@ -175,31 +304,106 @@ impl HfStorage {
             op: "open",
             message: format!("cannot create download_tmp_dir {}: {e}", tmp_root.display()),
         })?;
+        let (tx, rx) = flume::unbounded();
         Ok(Self {
             ctx: Arc::new(Ctx {
                 hub: HubClient::new(&endpoint, handle, token),
                 format,
                 xet_dir: tmp_root.join("xet"),
+                learnt: tx,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
             ttl: Duration::from_secs_f64(cfg.metadata_cache_ttl_secs),
             cache: HashMap::new(),
+            sweep_at: MIN_SWEEP_AT,
+            cache_sweeps: 0,
             create_if_missing: cfg.create_bucket_if_missing,
             bucket_ready: false,
             rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
             tmp_root,
             cache_hits: 0,
             cache_misses: 0,
+            learnt: rx,
+            reader: None,
+            reader_failed: None,
+            loads_xet: 0,
+            loads_resolve: 0,
+            xet_fallbacks: 0,
         })
     }
 
+    /// Caches `size` for `path`, with `xet_hash` when given; otherwise a hash already known
+    /// for the same size is kept.
+    fn remember_meta(&mut self, path: String, size: Option<u64>, xet_hash: Option<Arc<str>>) {
+        if self.ttl.is_zero() {
+            return;
+        }
+        let xet_hash = xet_hash.or_else(|| match self.cache.get(&path) {
+            Some(k) if k.size == size && size.is_some() => k.xet_hash.clone(),
+            _ => None,
+        });
+        self.cache.insert(
+            path,
+            Known {
+                size,
+                xet_hash,
+                at: Instant::now(),
+            },
+        );
+        // Expired entries are dropped when the cache has doubled since the last sweep, so a
+        // sweep costs O(1) per insert on average. (Sweeping whenever the size was a multiple
+        // of 1024 swept on *every* refresh of a cache holding 1024·k entries.)
+        if self.cache.len() >= self.sweep_at {
+            let (ttl, now) = (self.ttl, Instant::now());
+            self.cache.retain(|_, k| now.duration_since(k.at) < ttl);
+            self.sweep_at = (2 * self.cache.len()).max(MIN_SWEEP_AT);
+            self.cache_sweeps += 1;
+        }
+    }
+
     fn remember(&mut self, path: String, size: Option<u64>) {
-        if !self.ttl.is_zero() {
-            self.cache.insert(path, (size, Instant::now()));
-            if self.cache.len() % 1024 == 0 {
-                let ttl = self.ttl;
-                self.cache.retain(|_, (_, at)| at.elapsed() < ttl);
+        self.remember_meta(path, size, None);
+    }
+
+    /// The cache entry of `path`, if it is younger than the TTL.
+    fn fresh(&self, path: &str) -> Option<&Known> {
+        self.cache.get(path).filter(|k| k.at.elapsed() < self.ttl)
+    }
+
+    /// Applies what worker jobs reported since the last call.
+    fn absorb(&mut self) {
+        while let Ok(l) = self.learnt.try_recv() {
+            match l {
+                Learnt::Stored(v) => {
+                    for (path, size, hash) in v {
+                        self.remember_meta(path, Some(size), Some(hash.into()));
+                    }
+                }
+                Learnt::Meta(v) => {
+                    for (path, meta) in v {
+                        match meta {
+                            Some(m) => {
+                                self.remember_meta(path, Some(m.size), m.xet_hash.map(Into::into))
+                            }
+                            None => self.remember(path, None),
+                        }
+                    }
+                }
+                Learnt::Reader(Ok(r)) => {
+                    self.reader = Some(r);
+                    self.reader_failed = None;
+                }
+                Learnt::Reader(Err(at)) => self.reader_failed = Some(at),
+                Learnt::Loads {
+                    xet,
+                    resolve,
+                    fallbacks,
+                } => {
+                    self.loads_xet += xet;
+                    self.loads_resolve += resolve;
+                    self.xet_fallbacks += fallbacks;
+                }
             }
         }
     }
@@ -236,16 +440,17 @@ impl Storage for HfStorage {
     }
 
     fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        self.absorb();
         let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = vec![None; keys.len()];
         let mut ask = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             let path = self.ctx.path(k);
-            match self.cache.get(&path) {
-                Some((size, at)) if at.elapsed() < self.ttl => {
+            match self.fresh(&path).map(|k| k.size) {
+                Some(size) => {
                     self.cache_hits += 1;
-                    out[i] = Some(Ok(*size));
+                    out[i] = Some(Ok(size));
                 }
-                _ => {
+                None => {
                     self.cache_misses += 1;
                     ask.push((i, path));
                 }
@@ -255,7 +460,23 @@ impl Storage for HfStorage {
             return Io::Ready(out.into_iter().map(|r| r.unwrap_or(Ok(None))).collect());
         }
         let paths: Vec<String> = ask.iter().map(|(_, p)| p.clone()).collect();
-        let io = self.job("head", move |ctx| ctx.hub.paths_info(&paths), Err);
+        let io = self.job(
+            "head",
+            move |ctx| {
+                let found = ctx.hub.paths_meta(&paths)?;
+                // The Xet hashes are kept for loads; sizes travel in the reply.
+                let meta = paths
+                    .iter()
+                    .map(|p| (p.clone(), found.get(p).cloned()))
+                    .collect();
+                let _ = ctx.learnt.send(Learnt::Meta(meta));
+                Ok(found
+                    .into_iter()
+                    .map(|(p, m)| (p, m.size))
+                    .collect::<HashMap<_, _>>())
+            },
+            Err,
+        );
         let Io::Pending(fut) = io else {
             unreachable!("job is always pending")
         };
@@ -275,18 +496,115 @@ impl Storage for HfStorage {
         &mut self,
         items: Vec<(ObjectKey, BytesMut)>,
     ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
+        self.absorb();
         let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
-        fan_out(
-            &self.pool,
-            self.workers,
-            self.ctx.clone(),
-            items,
-            |ctx, (key, mut buf)| {
-                let res = ctx.hub.download(&ctx.path(&key), &mut buf);
-                (buf, res)
-            },
-            move |i, e| (BytesMut::zeroed(lens[i]), Err(e.backend_error("get"))),
-        )
+        let mut work: Vec<(String, Plan, BytesMut)> = Vec::with_capacity(items.len());
+        for (key, buf) in items {
+            let path = self.ctx.path(&key);
+            let plan = match self.fresh(&path) {
+                Some(Known {
+                    size: Some(size),
+                    xet_hash: Some(hash),
+                    ..
+                }) => Plan::Xet {
+                    size: *size,
+                    hash: hash.clone(),
+                },
+                _ => Plan::Ask,
+            };
+            work.push((path, plan, buf));
+        }
+        let reader = self.reader.clone();
+        let try_open = reader.is_none()
+            && self
+                .reader_failed
+                .is_none_or(|at| at.elapsed() >= XET_RETRY_AFTER);
+        let (pool, ctx, workers) = (self.pool.clone(), self.ctx.clone(), self.workers);
+        Io::pending(async move {
+            let ask: Vec<String> = work
+                .iter()
+                .filter(|(_, p, _)| matches!(p, Plan::Ask))
+                .map(|(path, _, _)| path.clone())
+                .collect();
+            let mut reader = reader;
+            if !ask.is_empty() || try_open {
+                // One job first: the hashes of uncached paths, and the Xet reader if none is open.
+                let ctx2 = ctx.clone();
+                let prep = run_on(&pool, move || {
+                    let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
+                    let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir) {
+                        Ok(r) => {
+                            let r = Arc::new(r);
+                            let _ = ctx2.learnt.send(Learnt::Reader(Ok(r.clone())));
+                            Some(r)
+                        }
+                        Err(e) => {
+                            tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
+                            let _ = ctx2.learnt.send(Learnt::Reader(Err(Instant::now())));
+                            None
+                        }
+                    });
+                    if let Some(Ok(m)) = &meta {
+                        let learnt = ask.iter().map(|p| (p.clone(), m.get(p).cloned())).collect();
+                        let _ = ctx2.learnt.send(Learnt::Meta(learnt));
+                    }
+                    (meta, opened)
+                })
+                .await;
+                let (meta, opened) = match prep {
+                    Ok(v) => v,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "load preparation failed; loads use resolve");
+                        (None, None)
+                    }
+                };
+                if let Some(r) = opened.flatten() {
+                    reader = Some(r);
+                }
+                for (path, plan, _) in &mut work {
+                    if !matches!(plan, Plan::Ask) {
+                        continue;
+                    }
+                    *plan = match &meta {
+                        Some(Ok(m)) => match m.get(path.as_str()) {
+                            None => Plan::Absent,
+                            Some(FileMeta {
+                                size,
+                                xet_hash: Some(h),
+                            }) => Plan::Xet {
+                                size: *size,
+                                hash: h.as_str().into(),
+                            },
+                            Some(_) => Plan::Resolve,
+                        },
+                        _ => Plan::Resolve,
+                    };
+                }
+            }
+            let lc = Arc::new(LoadCtx {
+                ctx: ctx.clone(),
+                reader,
+            });
+            let io = fan_out(&pool, workers, lc, work, load_one, move |i, e| {
+                (
+                    BytesMut::zeroed(lens[i]),
+                    Err(e.backend_error("get")),
+                    Served::Nothing,
+                )
+            });
+            let done = match io {
+                Io::Ready(v) => v,
+                Io::Pending(f) => f.await,
+            };
+            let count = |s: Served| done.iter().filter(|(_, _, x)| *x == s).count() as u64;
+            let fallbacks = count(Served::Fallback);
+            let _ = ctx.learnt.send(Learnt::Loads {
+                xet: count(Served::Xet),
+                resolve: count(Served::Resolve) + fallbacks,
+                fallbacks,
+            });
+            done.into_iter().map(|(b, r, _)| (b, r)).collect()
+        })
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
@@ -382,6 +700,7 @@ impl Storage for HfStorage {
     }
 
     fn observe(&mut self, what: Observed<'_>) {
+        self.absorb();
         match what {
             Observed::Stored(keys, sizes) => {
                 self.bucket_ready = true;
@@ -417,8 +736,15 @@ impl Storage for HfStorage {
                 "entries": self.cache.len(),
                 "hits": self.cache_hits,
                 "misses": self.cache_misses,
+                "sweeps": self.cache_sweeps,
             },
             "bucket_ready": self.bucket_ready,
+            "loads": {
+                "xet": self.loads_xet,
+                "resolve": self.loads_resolve,
+                "xet_fallbacks": self.xet_fallbacks,
+                "xet_reader_open": self.reader.is_some(),
+            },
         })
     }
 
