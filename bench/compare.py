@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One-run comparison of S3 clients against the same server, in alternation.
 
-Runs each client as its own process, in rounds (A B C … A B C …), so every client sees the
-same machine state on average and its CPU figure is its own process's user + system time
+Runs each client as its own process, in rounds (A B C, B C A, C A B, …: the order rotates
+so that no client is always first on a fresh server), so every client sees the same machine
+state on average and its CPU figure is its own process's user + system time
 for that phase only (not the server's). Clients:
 
 - `kvtier`: the full pipeline (`kvtier bench --client pipeline`: controller → S3 backend
@@ -15,12 +16,15 @@ for that phase only (not the server's). Clients:
 Every client uses the same objects sizes, counts and requests in flight, with distinct random
 payloads (Garage deduplicates identical blocks), and deletes its objects afterwards.
 
-Reads the adapter from $KVTIER_S3_ADAPTER (as `scripts/garage-local.sh` exports it) and prints
-a Markdown table of medians and min–max per phase, plus ratios of medians; `--json-out`
-also writes every raw result.
+Each round runs against a fresh single-node Garage (`scripts/garage-local.sh`, data in a new
+temporary directory, removed after the round): Garage frees deleted blocks only after a delay,
+so one server for every round would fill the disk with rounds × clients × data set. With
+`--adapter JSON` every round uses that server instead. Prints a Markdown table of medians and
+min–max per phase, plus ratios of medians; `--json-out` also writes every raw result.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -57,6 +61,29 @@ def run_json(cmd, env=None):
     return report
 
 
+@contextlib.contextmanager
+def server(args):
+    """The adapter JSON of a fresh Garage for one round (or of `--adapter`)."""
+    if args.adapter:
+        yield json.loads(args.adapter)
+        return
+    env = dict(os.environ, KVTIER_GARAGE_PORT=str(args.port))
+    # The script prints the adapter, then holds Garage up until our stdin closes.
+    p = subprocess.Popen(
+        [args.garage_script, "sh", "-c", 'echo "$KVTIER_S3_ADAPTER"; read _ || true'],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        text=True, env=env,
+    )
+    line = p.stdout.readline()
+    try:
+        if not line.startswith("{"):
+            raise RuntimeError(f"{args.garage_script} did not start Garage (exit {p.wait()})")
+        yield json.loads(line)
+    finally:
+        p.stdin.close()
+        p.wait(timeout=120)
+
+
 def phases_of(report):
     out = {}
     for ph in report["phases"]:
@@ -82,14 +109,14 @@ def main():
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=JSON: an extra kvtier pipeline run with these adapter fields")
     ap.add_argument("--json-out")
+    ap.add_argument("--adapter", help="use this s3 adapter JSON for every round (no fresh Garage)")
+    ap.add_argument("--garage-script",
+                    default=os.path.join(os.path.dirname(__file__), "..", "scripts", "garage-local.sh"))
+    ap.add_argument("--port", type=int, default=int(os.environ.get("KVTIER_GARAGE_PORT", "3960")))
     args = ap.parse_args()
     workloads = [parse_workload(w) for w in (args.workload or ["256x4MiB@16", "2048x256KiB@32"])]
 
-    base = json.loads(os.environ["KVTIER_S3_ADAPTER"])
-    base.update(json.loads(args.set))
-    peer_env = dict(os.environ)
-    peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
-    peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
+    overrides = json.loads(args.set)
 
     clients = args.clients.split(",")
     variants = {}
@@ -101,7 +128,6 @@ def main():
     results = []
     for chunks, size, in_flight in workloads:
         wl = f"{chunks} x {size // 1024} KiB @ {in_flight}"
-        adapter = dict(base, s3_num_io_threads=in_flight)
         batch = 16
         # The pipeline submits 4x what the S3 layer lets through, so it is never starved.
         submit = max(1, 4 * in_flight // batch)
@@ -109,29 +135,37 @@ def main():
                   "--batch", str(batch), "--concurrency", str(submit)]
         per = {c: [] for c in clients}
         for rnd in range(args.rounds):
-            for c in clients:
-                if c == "awscrt":
-                    cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
-                           "--bucket", base["s3_bucket"], "--region", base["s3_region"],
-                           "--chunks", str(chunks), "--chunk-size", str(size),
-                           "--concurrency", str(in_flight)]
-                    rep = run_json(cmd, env=peer_env)
-                elif c == "raw":
-                    cmd = [args.kvtier, "bench", "--client", "raw-s3", *common,
-                           "--l2-adapter", json.dumps(adapter)]
-                    rep = run_json(cmd)
-                else:
-                    a = dict(adapter, **variants.get(c, {}))
-                    cmd = [args.kvtier, "bench", "--client", "pipeline", "--no-baseline",
-                           "--cleanup", *common, "--l2-adapter", json.dumps(a)]
-                    rep = run_json(cmd)
-                ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
-                ph = phases_of(rep)
-                per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib")})
-                print(f"[{wl}] round {rnd + 1} {c}: "
-                      + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
-                                  for k, v in ph.items())
-                      + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
+            with server(args) as base:
+                base.update(overrides)
+                adapter = dict(base, s3_num_io_threads=in_flight)
+                peer_env = dict(os.environ)
+                peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
+                peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
+                # Rotate the order every round, so that no client is always the first to
+                # write to a fresh server (Garage creates its block directories lazily).
+                for c in clients[rnd % len(clients):] + clients[:rnd % len(clients)]:
+                    if c == "awscrt":
+                        cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
+                               "--bucket", base["s3_bucket"], "--region", base["s3_region"],
+                               "--chunks", str(chunks), "--chunk-size", str(size),
+                               "--concurrency", str(in_flight)]
+                        rep = run_json(cmd, env=peer_env)
+                    elif c == "raw":
+                        cmd = [args.kvtier, "bench", "--client", "raw-s3", *common,
+                               "--l2-adapter", json.dumps(adapter)]
+                        rep = run_json(cmd)
+                    else:
+                        a = dict(adapter, **variants.get(c, {}))
+                        cmd = [args.kvtier, "bench", "--client", "pipeline", "--no-baseline",
+                               "--cleanup", *common, "--l2-adapter", json.dumps(a)]
+                        rep = run_json(cmd)
+                    ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
+                    ph = phases_of(rep)
+                    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib")})
+                    print(f"[{wl}] round {rnd + 1} {c}: "
+                          + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
+                                      for k, v in ph.items())
+                          + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
         results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
                         "in_flight": in_flight, "runs": per})
 

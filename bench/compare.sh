@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Compares kvtier's S3 pipeline with a raw aws-sdk-s3 loop and LMCache's awscrt data path,
-# in alternation against one throwaway Garage node on 127.0.0.1 (see bench/compare.py).
+# Compares kvtier's S3 pipeline with a raw aws-sdk-s3 loop and LMCache's awscrt data path, in
+# alternating rounds, each round against a fresh throwaway Garage node on 127.0.0.1 (see
+# bench/compare.py).
 #
 # Usage: bench/compare.sh [compare.py options]
 #   e.g. bench/compare.sh --rounds 5 --workload 256x4MiB@16 --variant crc32c='{"s3_checksum": "crc32c"}'
@@ -16,11 +17,8 @@ if ! "$VENV/bin/python" -c "import awscrt.s3" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "awscrt==$AWSCRT_VERSION"
 fi
-# KVTIER_BIN: a kvtier binary to use instead of building target/release/kvtier.
 if [ -z "${KVTIER_BIN:-}" ]; then
   cargo build --release --bin kvtier >&2
   KVTIER_BIN=target/release/kvtier
 fi
-export KVTIER_GARAGE_PORT="${KVTIER_GARAGE_PORT:-3960}"
-exec scripts/garage-local.sh "$VENV/bin/python" bench/compare.py \
-  --kvtier "$KVTIER_BIN" --python "$VENV/bin/python" "$@"
+exec "$VENV/bin/python" bench/compare.py --kvtier "$KVTIER_BIN" --python "$VENV/bin/python" "$@"

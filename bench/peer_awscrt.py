@@ -191,8 +191,16 @@ def phase(name, keys, nbytes, seconds, cpu):
 
 async def run(args):
     peer = Peer(args)
+    # LMCache-style object names, like kvtier's bench keys (model@rank@hash[@salt]): the
+    # server's cost per object depends on where its name lands in the metadata index.
     nonce = os.urandom(8).hex()
-    names = [f"awscrt-peer-{nonce}/{i}" for i in range(args.chunks)]
+    models = ["llama-3.1-8b", "mistral-7b", "qwen2.5-72b"]
+    salts = [None, "tenant-a", "tenant-b"]
+    names = []
+    for i in range(args.chunks):
+        name = f"{models[i % 3]}@{(i // 3) % 4:08x}@{nonce}{i:016x}"
+        salt = salts[(i // 12) % 3]
+        names.append(name if salt is None else f"{name}@{salt}")
     payloads = [bytearray(os.urandom(args.chunk_size)) for _ in range(args.chunks)]
     buffers = [bytearray(args.chunk_size) for _ in range(args.chunks)]
     for b in buffers:  # pre-fault the caller's buffers, as kvtier's bench does

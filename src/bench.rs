@@ -586,7 +586,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             // Other payloads of the same sizes: Garage deduplicates identical blocks, which
             // would let the baseline skip the server's writes.
             let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce, true);
-            let (put, get, _) = raw_s3_baseline(&c, &other, raw_in_flight(&c, opts), nonce).await?;
+            let (put, get, _) = raw_s3_baseline(&c, &other, raw_in_flight(&c, opts)).await?;
             let store = phases
                 .iter()
                 .find(|p| p.phase == "store")
@@ -835,7 +835,7 @@ async fn raw_only(config: &TierConfig, opts: BenchOptions) -> Result<BenchReport
     let nonce: u64 = rand::random();
     let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, true);
     let in_flight = raw_in_flight(&cfg, opts);
-    let (mut put, mut get, verified) = raw_s3_baseline(&cfg, &work, in_flight, nonce).await?;
+    let (mut put, mut get, verified) = raw_s3_baseline(&cfg, &work, in_flight).await?;
     put.phase = "store".into();
     get.phase = "load".into();
     let ok = |p: &PhaseReport| p.bytes / opts.chunk_size as u64;
@@ -877,7 +877,6 @@ async fn raw_s3_baseline(
     cfg: &kvtier_actors::backends::s3::S3Config,
     work: &Workload,
     in_flight: usize,
-    nonce: u64,
 ) -> Result<(PhaseReport, PhaseReport, bool), String> {
     use kvtier_actors::backends::s3::build_client;
     let ep = cfg.validate().map_err(|e| e.to_string())?;
@@ -896,8 +895,18 @@ async fn raw_s3_baseline(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let names: Vec<String> = (0..work.keys.len())
-        .map(|i| format!("{}raw-baseline-{nonce:016x}/{i}", cfg.key_prefix()))
+    // The same kind of names as the pipeline's (LMCache object names of the workload's keys):
+    // the server's cost per object depends on where its name lands in the metadata index.
+    let names: Vec<String> = work
+        .keys
+        .iter()
+        .map(|k| {
+            format!(
+                "{}{}",
+                cfg.key_prefix(),
+                k.object_name(kvtier_actors::NameFormat::default())
+            )
+        })
         .collect();
     let bucket = ep.bucket.clone();
     let signed = cfg.signs_payload(&ep);

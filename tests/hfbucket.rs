@@ -482,3 +482,70 @@ async fn a_cache_of_1024_entries_is_not_swept_on_every_refresh() {
     assert!(cache["sweeps"].as_u64().unwrap() <= 1, "{cache}");
     tier.shutdown();
 }
+
+/// Issue #6's Hub faults one after the other (a 429 storm with `Retry-After`, a 5xx burst the
+/// retries absorb, one they cannot, a partial batch, slow responses), each on a store of a
+/// fresh batch: afterwards usage equals the bucket's listing exactly and every key that the
+/// reports say was stored loads back byte for byte.
+#[actix_rt::test]
+async fn hub_faults_leave_exact_accounting() {
+    let fx = Hf::new();
+    let mut a = fx.adapter_with(fx.config(&fx.run));
+    a.common.max_capacity_gb = 1.0;
+    let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
+    let mut stored = Vec::new();
+    let mut failed_total = 0;
+    for (round, fault) in ["429", "5xx", "5xx-long", "partial", "slow"]
+        .into_iter()
+        .enumerate()
+    {
+        match fault {
+            "429" => fx.hub.throttle_next(4, 1, None),
+            "5xx" => fx.hub.fail_next(3, 503, None),
+            "5xx-long" => fx.hub.fail_next(12, 500, Some(Route::Batch)),
+            "partial" => fx.hub.fail_batch_line(Some(3)),
+            _ => fx.hub.set_latency(Duration::from_millis(200)),
+        }
+        let base = 100 + 10 * round as u32;
+        let keys: Vec<_> = (base..base + 6).map(key).collect();
+        let rep = tier
+            .store(
+                keys.clone(),
+                (base..base + 6).map(|i| payload(i, 333)).collect(),
+            )
+            .await
+            .unwrap();
+        fx.hub.clear_faults();
+        let o = &rep.adapters[0].1;
+        assert_eq!(o.stored + o.failed.len(), 6, "{fault}: {rep:?}");
+        failed_total += o.failed.len();
+        let failed: Vec<_> = o.failed.iter().map(|f| f.key.clone()).collect();
+        stored.extend(keys.into_iter().filter(|k| !failed.contains(k)));
+        let usage = tier.usage().await.unwrap().adapters[0].used_bytes;
+        assert_eq!(usage, fx.hub.total_size(BUCKET), "{fault}: usage == bucket");
+        assert_eq!(
+            usage,
+            333 * stored.len() as u64,
+            "{fault}: usage == stored keys"
+        );
+    }
+    assert!(
+        failed_total > 0,
+        "the long 5xx burst and the partial batch cost keys"
+    );
+    assert!(tier.lookup_and_lock(stored.clone()).await.unwrap().all());
+    let loaded = tier
+        .load(
+            stored.clone(),
+            stored.iter().map(|_| BytesMut::zeroed(333)).collect(),
+        )
+        .await
+        .unwrap();
+    assert!(loaded.hits.all());
+    for (k, buf) in stored.iter().zip(&loaded.buffers) {
+        let i = (100..160).find(|i| key(*i) == *k).unwrap();
+        assert_eq!(&buf[..], &payload(i, 333)[..]);
+    }
+    tier.unlock(stored);
+    tier.shutdown();
+}

@@ -404,6 +404,63 @@ async fn breaker_opens_when_the_store_dies_and_closes_when_it_returns() {
     tier.shutdown();
 }
 
+/// A store that accepts connections and never answers (frozen, not dead): with a short
+/// `s3_attempt_timeout_secs` the attempts time out, the breaker opens, and requests then fail
+/// at once. Nothing hangs.
+#[actix_rt::test]
+async fn a_frozen_endpoint_times_out_and_opens_the_breaker() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    // Accept and hold every connection without reading or answering.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => break,
+            }
+        }
+    });
+    let mut c = S3Config::for_endpoint(
+        &format!("http://127.0.0.1:{port}"),
+        BUCKET,
+        "garage",
+        "GKfrozen",
+        "frozen-secret",
+    );
+    c.s3_attempt_timeout_secs = Some(0.3);
+    c.circuit_breaker_cooldown_secs = 60.0;
+    let tier = Tier::start(&tier_config(vec![AdapterConfig {
+        common: Default::default(),
+        spec: AdapterSpec::S3(c),
+    }]))
+    .await
+    .unwrap();
+    let t = std::time::Instant::now();
+    let keys: Vec<ObjectKey> = (1..=3).map(key).collect();
+    let rep = tokio::time::timeout(
+        Duration::from_secs(20),
+        tier.store(keys, (1..=3).map(|i| payload(i, 10)).collect()),
+    )
+    .await
+    .expect("a frozen store must not hang a request")
+    .unwrap();
+    assert_eq!(rep.adapters[0].1.failed.len(), 3, "{rep:?}");
+    let first = t.elapsed();
+    let status = tier.status().await.unwrap();
+    assert_eq!(
+        status.adapters[0].details["circuit_breaker"]["state"], "open",
+        "{status:?}"
+    );
+    // Now requests fail without waiting for the frozen store.
+    let t = std::time::Instant::now();
+    assert!(!tier.lookup_and_lock(vec![key(9)]).await.unwrap().all());
+    let refused = t.elapsed();
+    assert!(refused < Duration::from_secs(1), "refused in {refused:?}");
+    eprintln!("frozen endpoint: first batch failed after {first:?}; then refused in {refused:?}");
+    tier.shutdown();
+}
+
 #[test]
 fn bad_s3_configs_are_named_errors() {
     use kvtier::config::{parse_adapter_json, ConfigError};
@@ -516,4 +573,66 @@ async fn virtual_host_and_path_style_addressing() {
         .all());
     path_style.shutdown();
     arbiter.stop();
+}
+
+/// A server that lies: it declares 100 bytes and sends 50, then closes. The object probes as
+/// present, but its load is a miss, never a partial copy; a declared size other than the
+/// buffer's is a miss too.
+#[actix_rt::test]
+async fn truncated_bodies_and_wrong_sizes_are_misses() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut c) = conn else { break };
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") {
+                if c.read(&mut byte).unwrap_or(0) == 0 {
+                    break;
+                }
+                head.push(byte[0]);
+            }
+            let reply: &[u8] = if head.starts_with(b"HEAD") {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
+            } else {
+                b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n0123456789012345678901234567890123456789012345678"
+            };
+            let _ = c.write_all(reply);
+        }
+    });
+    let c = S3Config::for_endpoint(
+        &format!("http://127.0.0.1:{port}"),
+        BUCKET,
+        "garage",
+        "GKliar",
+        "liar-secret",
+    );
+    let tier = Tier::start(&tier_config(vec![AdapterConfig {
+        common: Default::default(),
+        spec: AdapterSpec::S3(c),
+    }]))
+    .await
+    .unwrap();
+    assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
+    let truncated = tier
+        .load(vec![key(1)], vec![BytesMut::zeroed(100)])
+        .await
+        .unwrap();
+    assert!(!truncated.hits.all(), "a truncated body is a miss");
+    let wrong = tier
+        .load(vec![key(1)], vec![BytesMut::zeroed(80)])
+        .await
+        .unwrap();
+    assert!(
+        !wrong.hits.all(),
+        "a declared size other than the buffer's is a miss"
+    );
+    assert!(
+        wrong.buffers[0].iter().all(|b| *b == 0),
+        "a size mismatch leaves the buffer unwritten"
+    );
+    tier.unlock(vec![key(1)]);
+    tier.shutdown();
 }

@@ -14,7 +14,7 @@ use crate::storage::BackendError;
 
 /// Connection timeout: a refused or black-holed endpoint fails fast and counts toward the breaker.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
-/// Longest a single request attempt may take.
+/// Longest a single request attempt may take, unless `s3_attempt_timeout_secs` says otherwise.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
 pub const MAX_ATTEMPTS: u32 = 3;
@@ -76,7 +76,10 @@ pub async fn build_client(
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(CONNECT_TIMEOUT)
-                .operation_attempt_timeout(ATTEMPT_TIMEOUT)
+                .operation_attempt_timeout(
+                    cfg.s3_attempt_timeout_secs
+                        .map_or(ATTEMPT_TIMEOUT, Duration::from_secs_f64),
+                )
                 .build(),
         );
     if let Some(url) = &ep.endpoint_url {

@@ -100,6 +100,11 @@ pub struct S3Config {
     /// `"none"` (default) or `"crc32c"`. See [`ChecksumMode`].
     #[serde(default)]
     pub s3_checksum: ChecksumMode,
+    /// Seconds one request attempt may take before it counts as a connection failure
+    /// (default 60; the SDK makes up to 3 attempts). Lower it so that a store that accepts
+    /// connections but never answers opens the circuit breaker sooner.
+    #[serde(default)]
+    pub s3_attempt_timeout_secs: Option<f64>,
 }
 
 fn default_io_threads() -> usize {
@@ -151,6 +156,7 @@ impl S3Config {
             circuit_breaker_cooldown_secs: default_cooldown(),
             s3_payload_signing: PayloadSigning::Auto,
             s3_checksum: ChecksumMode::None,
+            s3_attempt_timeout_secs: None,
         }
     }
 
@@ -198,6 +204,14 @@ impl S3Config {
                 "circuit_breaker_cooldown_secs",
                 format!("must be a finite number >= 0, got {c}"),
             ));
+        }
+        if let Some(t) = self.s3_attempt_timeout_secs {
+            if !(t.is_finite() && t > 0.0 && t <= 3600.0) {
+                return Err(FieldError::new(
+                    "s3_attempt_timeout_secs",
+                    format!("must be a number of seconds in (0, 3600], got {t}"),
+                ));
+            }
         }
         if let Some(p) = &self.s3_key_prefix {
             if p.trim_matches('/').is_empty() {
@@ -394,6 +408,11 @@ mod tests {
             cfg("s3://b/x/y").validate().unwrap_err().field,
             "s3_endpoint"
         );
+        let mut c = cfg("s3://bucket");
+        c.s3_attempt_timeout_secs = Some(0.0);
+        assert_eq!(c.validate().unwrap_err().field, "s3_attempt_timeout_secs");
+        c.s3_attempt_timeout_secs = Some(2.5);
+        assert!(c.validate().is_ok());
         let mut c = cfg("s3://bucket");
         c.s3_key_prefix = Some("/".into());
         assert_eq!(c.validate().unwrap_err().field, "s3_key_prefix");
