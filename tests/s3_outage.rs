@@ -130,43 +130,17 @@ async fn fast_failures(tier: &Tier) -> u64 {
         .expect("fast_failures in the breaker's status")
 }
 
-/// Sum of sizes and count of every object under `prefix`, listed by a plain S3 client.
+/// Bytes and objects under `prefix`, as a plain S3 client lists them from node 0.
 async fn bucket_listing(cluster: &GarageCluster, prefix: &str) -> (u64, usize) {
-    let creds = aws_sdk_s3::config::Credentials::new(
+    support::garage::bucket_listing(
+        &cluster.node(0).s3_endpoint,
+        &cluster.region,
         &cluster.access_key_id,
         &cluster.secret_access_key,
-        None,
-        None,
-        "test",
-    );
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(cluster.region.clone()))
-        .credentials_provider(creds)
-        .endpoint_url(&cluster.node(0).s3_endpoint)
-        .force_path_style(true)
-        .build();
-    let client = aws_sdk_s3::Client::from_conf(conf);
-    let (mut bytes, mut count) = (0u64, 0usize);
-    let mut token: Option<String> = None;
-    loop {
-        let out = client
-            .list_objects_v2()
-            .bucket(BUCKET)
-            .prefix(prefix)
-            .set_continuation_token(token.clone())
-            .send()
-            .await
-            .unwrap();
-        for o in out.contents() {
-            bytes += o.size().unwrap_or(0) as u64;
-            count += 1;
-        }
-        match out.next_continuation_token() {
-            Some(t) if out.is_truncated().unwrap_or(false) => token = Some(t.to_owned()),
-            _ => return (bytes, count),
-        }
-    }
+        BUCKET,
+        prefix,
+    )
+    .await
 }
 
 #[actix_rt::test]

@@ -188,42 +188,17 @@ async fn worker(tier: Rc<Tier>, seed: u64, deadline: Instant, c: Rc<RefCell<Coun
     }
 }
 
+/// Bytes and objects under `prefix`, as a plain S3 client lists them.
 async fn listing(garage: &Garage, prefix: &str) -> (u64, usize) {
-    let creds = aws_sdk_s3::config::Credentials::new(
+    support::garage::bucket_listing(
+        &garage.s3_endpoint,
+        &garage.region,
         &garage.access_key_id,
         &garage.secret_access_key,
-        None,
-        None,
-        "test",
-    );
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(garage.region.clone()))
-        .credentials_provider(creds)
-        .endpoint_url(&garage.s3_endpoint)
-        .force_path_style(true)
-        .build();
-    let client = aws_sdk_s3::Client::from_conf(conf);
-    let (mut bytes, mut count) = (0u64, 0usize);
-    let mut token: Option<String> = None;
-    loop {
-        let out = client
-            .list_objects_v2()
-            .bucket(BUCKET)
-            .prefix(prefix)
-            .set_continuation_token(token.clone())
-            .send()
-            .await
-            .unwrap();
-        for o in out.contents() {
-            bytes += o.size().unwrap_or(0) as u64;
-            count += 1;
-        }
-        match out.next_continuation_token() {
-            Some(t) if out.is_truncated().unwrap_or(false) => token = Some(t.to_owned()),
-            _ => return (bytes, count),
-        }
-    }
+        BUCKET,
+        prefix,
+    )
+    .await
 }
 
 #[actix_rt::test]

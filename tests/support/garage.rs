@@ -789,3 +789,45 @@ fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<(u16, String)
     let code = rest.get(..3)?.parse().ok()?;
     Some((code, rest[3..].to_string()))
 }
+
+/// Bytes and object count under `prefix` in `bucket`, as a plain aws-sdk-s3 client lists them
+/// (all pages): what "usage equals the bucket's listing" compares with.
+pub async fn bucket_listing(
+    endpoint: &str,
+    region: &str,
+    access_key_id: &str,
+    secret_access_key: &str,
+    bucket: &str,
+    prefix: &str,
+) -> (u64, usize) {
+    let creds =
+        aws_sdk_s3::config::Credentials::new(access_key_id, secret_access_key, None, None, "test");
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(region.to_owned()))
+        .credentials_provider(creds)
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    let client = aws_sdk_s3::Client::from_conf(conf);
+    let (mut bytes, mut count) = (0u64, 0usize);
+    let mut token: Option<String> = None;
+    loop {
+        let out = client
+            .list_objects_v2()
+            .bucket(bucket)
+            .prefix(prefix)
+            .set_continuation_token(token.clone())
+            .send()
+            .await
+            .unwrap();
+        for o in out.contents() {
+            bytes += o.size().unwrap_or(0) as u64;
+            count += 1;
+        }
+        match out.next_continuation_token() {
+            Some(t) if out.is_truncated().unwrap_or(false) => token = Some(t.to_owned()),
+            _ => return (bytes, count),
+        }
+    }
+}
