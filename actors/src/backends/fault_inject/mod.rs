@@ -179,6 +179,37 @@ impl FaultInjectStorage {
 
     /// Finishes a call: waits for the inner result (if any), applies a dropped reply or the
     /// latency, and assembles the reply. Stays synchronous when nothing delays it.
+    /// A batch whose items either fail here or go to the inner store, with no other fault
+    /// than errors, partial batches, latency and dropped replies (`put`, `remove`).
+    fn plain_batch<I, T: Clone + 'static>(
+        &mut self,
+        op: &'static str,
+        items: Vec<I>,
+        call: impl FnOnce(&mut Box<dyn Storage + Send>, Vec<I>) -> Io<Vec<Result<T, BackendError>>>,
+    ) -> Io<Vec<Result<T, BackendError>>> {
+        let n = items.len();
+        let plan = self.plan(op, n, None);
+        let (forward, fates) = split(items, plan);
+        let inner = (!forward.is_empty()).then(|| call(&mut self.inner, forward));
+        self.finish(
+            op,
+            inner,
+            move |res| {
+                merge(
+                    fates,
+                    res.unwrap_or_default(),
+                    |_, f| match f {
+                        Fate::Fail(e) => Some(Err(e)),
+                        _ => None,
+                    },
+                    |_, r| r,
+                    |_| Err(missing_result(op)),
+                )
+            },
+            move |e| vec![Err(e); n],
+        )
+    }
+
     fn finish<T: 'static, R: 'static>(
         &mut self,
         op: &'static str,
@@ -283,27 +314,7 @@ impl Storage for FaultInjectStorage {
     }
 
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
-        let n = items.len();
-        let plan = self.plan("put", n, None);
-        let (forward, fates) = split(items, plan);
-        let inner = (!forward.is_empty()).then(|| self.inner.put(forward));
-        self.finish(
-            "put",
-            inner,
-            move |res| {
-                merge(
-                    fates,
-                    res.unwrap_or_default(),
-                    |_, f| match f {
-                        Fate::Fail(e) => Some(Err(e)),
-                        _ => None,
-                    },
-                    |_, r| r,
-                    |_| Err(missing_result("put")),
-                )
-            },
-            move |e| vec![Err(e); n],
-        )
+        self.plain_batch("put", items, |inner, forward| inner.put(forward))
     }
 
     fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
@@ -383,27 +394,7 @@ impl Storage for FaultInjectStorage {
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
-        let n = keys.len();
-        let plan = self.plan("remove", n, None);
-        let (forward, fates) = split(keys, plan);
-        let inner = (!forward.is_empty()).then(|| self.inner.remove(forward));
-        self.finish(
-            "remove",
-            inner,
-            move |res| {
-                merge(
-                    fates,
-                    res.unwrap_or_default(),
-                    |_, f| match f {
-                        Fate::Fail(e) => Some(Err(e)),
-                        _ => None,
-                    },
-                    |_, r| r,
-                    |_| Err(missing_result("remove")),
-                )
-            },
-            move |e| vec![Err(e); n],
-        )
+        self.plain_batch("remove", keys, |inner, forward| inner.remove(forward))
     }
 
     fn list(
