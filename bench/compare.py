@@ -11,7 +11,8 @@ for that phase only (not the server's). Clients:
 - `raw`: plain concurrent aws-sdk-s3 PUT/GET (`kvtier bench --client raw-s3`), no actors;
 - `awscrt`: `bench/peer_awscrt.py`, LMCache's S3 data path rebuilt on awscrt's S3Client;
 - extra kvtier variants (`--variant name='{"s3_checksum": "crc32c"}'`): the pipeline with
-  these adapter fields changed.
+  these adapter fields changed; `--binary name=path`: the pipeline of another kvtier build
+  (before/after a change, in the same rounds).
 
 Every client uses the same objects sizes, counts and requests in flight, with distinct random
 payloads (Garage deduplicates identical blocks), and deletes its objects afterwards.
@@ -108,6 +109,9 @@ def main():
                     help="adapter fields for kvtier and raw (JSON object)")
     ap.add_argument("--variant", action="append", default=[],
                     help="NAME=JSON: an extra kvtier pipeline run with these adapter fields")
+    ap.add_argument("--binary", action="append", default=[],
+                    help="NAME=PATH: an extra kvtier pipeline run with another kvtier binary "
+                         "(before/after comparisons of a change)")
     ap.add_argument("--json-out")
     ap.add_argument("--adapter", help="use this s3 adapter JSON for every round (no fresh Garage)")
     ap.add_argument("--garage-script",
@@ -120,9 +124,14 @@ def main():
 
     clients = args.clients.split(",")
     variants = {}
+    binaries = {}
     for v in args.variant:
         name, fields = v.split("=", 1)
         variants[name] = json.loads(fields)
+        clients.append(name)
+    for b in args.binary:
+        name, path = b.split("=", 1)
+        binaries[name] = path
         clients.append(name)
 
     results = []
@@ -156,7 +165,7 @@ def main():
                         rep = run_json(cmd)
                     else:
                         a = dict(adapter, **variants.get(c, {}))
-                        cmd = [args.kvtier, "bench", "--client", "pipeline", "--no-baseline",
+                        cmd = [binaries.get(c, args.kvtier), "bench", "--client", "pipeline", "--no-baseline",
                                "--cleanup", *common, "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
                     ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
