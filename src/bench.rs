@@ -878,17 +878,9 @@ async fn raw_s3_baseline(
     work: &Workload,
     in_flight: usize,
 ) -> Result<(PhaseReport, PhaseReport, bool), String> {
-    use kvtier_actors::backends::s3::build_client;
+    use kvtier_actors::backends::s3::{build_client, io_runtime, send_put};
     let ep = cfg.validate().map_err(|e| e.to_string())?;
-    let threads = cfg
-        .s3_num_io_threads
-        .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
-        .max(1);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(threads)
-        .enable_all()
-        .build()
-        .map_err(|e| e.to_string())?;
+    let rt = io_runtime(cfg).map_err(|e| e.to_string())?;
     let (c, e) = (cfg.clone(), ep.clone());
     let client = rt
         .spawn(async move { build_client(&c, &e, None).await })
@@ -923,12 +915,7 @@ async fn raw_s3_baseline(
                     .bucket(bucket)
                     .key(name)
                     .body(aws_sdk_s3::primitives::ByteStream::from(data));
-                let res = if signed {
-                    req.send().await
-                } else {
-                    req.customize().disable_payload_signing().send().await
-                };
-                (t.elapsed(), res.is_ok())
+                (t.elapsed(), send_put(req, signed).await.is_ok())
             });
             async move { task.await.unwrap_or((Duration::ZERO, false)) }
         })

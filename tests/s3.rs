@@ -47,21 +47,12 @@ impl S3 {
 
     /// A plain aws-sdk-s3 client: what any other S3 tool (or LMCache) would see.
     async fn plain_client(&self) -> aws_sdk_s3::Client {
-        let creds = aws_sdk_s3::config::Credentials::new(
+        support::garage::plain_client(
+            &self.garage.s3_endpoint,
+            &self.garage.region,
             &self.garage.access_key_id,
             &self.garage.secret_access_key,
-            None,
-            None,
-            "test",
-        );
-        let conf = aws_sdk_s3::config::Builder::new()
-            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-            .region(aws_sdk_s3::config::Region::new(self.garage.region.clone()))
-            .credentials_provider(creds)
-            .endpoint_url(&self.garage.s3_endpoint)
-            .force_path_style(true)
-            .build();
-        aws_sdk_s3::Client::from_conf(conf)
+        )
     }
 }
 

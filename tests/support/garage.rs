@@ -790,6 +790,26 @@ fn http_get(port: u16, path: &str, bearer: Option<&str>) -> Option<(u16, String)
     Some((code, rest[3..].to_string()))
 }
 
+/// A plain aws-sdk-s3 client (path style, static keys): what any other S3 tool, or LMCache,
+/// would see.
+pub fn plain_client(
+    endpoint: &str,
+    region: &str,
+    access_key_id: &str,
+    secret_access_key: &str,
+) -> aws_sdk_s3::Client {
+    let creds =
+        aws_sdk_s3::config::Credentials::new(access_key_id, secret_access_key, None, None, "test");
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(region.to_owned()))
+        .credentials_provider(creds)
+        .endpoint_url(endpoint)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
 /// Bytes and object count under `prefix` in `bucket`, as a plain aws-sdk-s3 client lists them
 /// (all pages): what "usage equals the bucket's listing" compares with.
 pub async fn bucket_listing(
@@ -800,16 +820,7 @@ pub async fn bucket_listing(
     bucket: &str,
     prefix: &str,
 ) -> (u64, usize) {
-    let creds =
-        aws_sdk_s3::config::Credentials::new(access_key_id, secret_access_key, None, None, "test");
-    let conf = aws_sdk_s3::config::Builder::new()
-        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
-        .region(aws_sdk_s3::config::Region::new(region.to_owned()))
-        .credentials_provider(creds)
-        .endpoint_url(endpoint)
-        .force_path_style(true)
-        .build();
-    let client = aws_sdk_s3::Client::from_conf(conf);
+    let client = plain_client(endpoint, region, access_key_id, secret_access_key);
     let (mut bytes, mut count) = (0u64, 0usize);
     let mut token: Option<String> = None;
     loop {

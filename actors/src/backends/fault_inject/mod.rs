@@ -198,10 +198,7 @@ impl FaultInjectStorage {
                 merge(
                     fates,
                     res.unwrap_or_default(),
-                    |_, f| match f {
-                        Fate::Fail(e) => Some(Err(e)),
-                        _ => None,
-                    },
+                    fail_only,
                     |_, r| r,
                     |_| Err(missing_result(op)),
                 )
@@ -301,6 +298,14 @@ fn merge<T>(
         .collect()
 }
 
+/// [`merge`]'s `inject` for operations whose only injected fate is a failure.
+fn fail_only<T>(_: usize, fate: Fate) -> Option<Result<T, BackendError>> {
+    match fate {
+        Fate::Fail(e) => Some(Err(e)),
+        _ => None,
+    }
+}
+
 fn missing_result(op: &'static str) -> BackendError {
     BackendError::Io {
         op,
@@ -329,10 +334,7 @@ impl Storage for FaultInjectStorage {
                 merge(
                     fates,
                     res.unwrap_or_default(),
-                    |_, f| match f {
-                        Fate::Fail(e) => Some(Err(e)),
-                        _ => None,
-                    },
+                    fail_only,
                     |corrupt, r| match r {
                         Ok(Some(size)) if corrupt => Ok(Some(size.saturating_add(1))),
                         other => other,

@@ -87,3 +87,36 @@ pub async fn build_client(
     }
     Ok(aws_sdk_s3::Client::from_conf(b.build()))
 }
+
+/// The adapter's own multi-threaded tokio runtime for S3 requests: `s3_num_io_threads`
+/// workers, capped at the number of CPUs.
+pub fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runtime> {
+    let threads = cfg
+        .s3_num_io_threads
+        .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
+        .max(1);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(threads)
+        .thread_name("kvtier-s3")
+        .enable_all()
+        .build()
+}
+
+/// Sends a PUT, hashing and signing its payload only when `sign_payload` (see
+/// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`.
+pub async fn send_put(
+    req: aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder,
+    sign_payload: bool,
+) -> Result<
+    aws_sdk_s3::operation::put_object::PutObjectOutput,
+    aws_sdk_s3::error::SdkError<
+        aws_sdk_s3::operation::put_object::PutObjectError,
+        aws_sdk_s3::config::http::HttpResponse,
+    >,
+> {
+    if sign_payload {
+        req.send().await
+    } else {
+        req.customize().disable_payload_signing().send().await
+    }
+}

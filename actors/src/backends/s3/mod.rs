@@ -29,7 +29,9 @@ use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
-pub use client::{build_client, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
+pub use client::{
+    build_client, io_runtime, send_put, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS,
+};
 pub use config::{AddressingStyle, ChecksumMode, PayloadSigning, ResolvedEndpoint, S3Config};
 
 use crate::key::{NameFormat, ObjectKey};
@@ -196,16 +198,7 @@ impl S3Storage {
         let endpoint = cfg.validate().map_err(|e| BackendError::Invalid {
             reason: e.to_string(),
         })?;
-        let threads = cfg
-            .s3_num_io_threads
-            .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
-            .max(1);
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(threads)
-            .thread_name("kvtier-s3")
-            .enable_all()
-            .build()
-            .map_err(|e| BackendError::io("open", e))?;
+        let runtime = io_runtime(cfg).map_err(|e| BackendError::io("open", e))?;
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
         let client = handle
@@ -437,11 +430,7 @@ impl Storage for S3Storage {
                 if shared.crc32c {
                     req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
                 }
-                let res = if shared.sign_payload {
-                    req.send().await
-                } else {
-                    req.customize().disable_payload_signing().send().await
-                };
+                let res = send_put(req, shared.sign_payload).await;
                 Item(res.map(|_| ()).map_err(|e| classify("put", e)))
             },
         );
