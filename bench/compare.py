@@ -17,11 +17,13 @@ for that phase only (not the server's). Clients:
 Every client uses the same objects sizes, counts and requests in flight, with distinct random
 payloads (Garage deduplicates identical blocks), and deletes its objects afterwards.
 
-Each round runs against a fresh single-node Garage (`scripts/garage-local.sh`, data in a new
-temporary directory, removed after the round): Garage frees deleted blocks only after a delay,
-so one server for every round would fill the disk with rounds × clients × data set. With
+Every run (one client, one round) gets a fresh single-node Garage (`scripts/garage-local.sh`,
+data in a new temporary directory, removed afterwards), after a `sync`: no run inherits the
+blocks, metadata, pending deletions (Garage frees deleted blocks only after a delay) or dirty
+pages of the one before it. With
 `--adapter JSON` every round uses that server instead. Prints a Markdown table of medians and
-min–max per phase, plus ratios of medians; `--json-out` also writes every raw result.
+min–max per phase, plus ratios of medians; `--json-out` also writes every raw result, and `--report FILE` prints the tables of such a
+file again.
 """
 
 import argparse
@@ -97,6 +99,27 @@ def phases_of(report):
     return out
 
 
+def paired_ratios(runs):
+    """Per-round ratios of every kvtier client (the pipeline and its variants) to `raw` and
+    `awscrt` from the same round: round-to-round swings of the shared machine and the fresh
+    server cancel out of these, which they do not in a ratio of medians."""
+    out = {}
+    for c in runs:
+        if c in ("raw", "awscrt"):
+            continue
+        # Variants and other builds are also paired with the plain pipeline run of their round.
+        for other in [b for b in ("raw", "awscrt", "kvtier") if b in runs and b != c]:
+            cols = []
+            for phase in ("store", "load"):
+                for metric in ("mib_s", "cpu_gib"):
+                    v = [a["phases"][phase][metric] / b["phases"][phase][metric]
+                         for a, b in zip(runs[c], runs[other])
+                         if phase in a["phases"] and phase in b["phases"] and b["phases"][phase][metric] > 0]
+                    cols.append(v)
+            out[(c, other)] = cols
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser(description="Compare kvtier, raw aws-sdk-s3 and the awscrt peer.")
     ap.add_argument("--kvtier", default="target/release/kvtier")
@@ -117,7 +140,15 @@ def main():
     ap.add_argument("--garage-script",
                     default=os.path.join(os.path.dirname(__file__), "..", "scripts", "garage-local.sh"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("KVTIER_GARAGE_PORT", "3960")))
+    ap.add_argument("--report", metavar="JSON", help="print the tables of an earlier --json-out file and exit")
     args = ap.parse_args()
+    if args.report:
+        with open(args.report) as f:
+            saved = json.load(f)
+        if isinstance(saved, list):  # files written before rounds and fields were saved too
+            saved = {"results": saved, "rounds": "?", "set": "?"}
+        report(saved["results"], saved["rounds"], saved["set"])
+        return
     workloads = [parse_workload(w) for w in (args.workload or ["256x4MiB@16", "2048x256KiB@32"])]
 
     overrides = json.loads(args.set)
@@ -144,15 +175,17 @@ def main():
                   "--batch", str(batch), "--concurrency", str(submit)]
         per = {c: [] for c in clients}
         for rnd in range(args.rounds):
-            with server(args) as base:
-                base.update(overrides)
-                adapter = dict(base, s3_num_io_threads=in_flight)
-                peer_env = dict(os.environ)
-                peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
-                peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
-                # Rotate the order every round, so that no client is always the first to
-                # write to a fresh server (Garage creates its block directories lazily).
-                for c in clients[rnd % len(clients):] + clients[:rnd % len(clients)]:
+            # Rotate the order every round, so that slow drifts of the machine spread evenly.
+            for c in clients[rnd % len(clients):] + clients[:rnd % len(clients)]:
+                # Every run gets its own fresh server: no run inherits the blocks, metadata
+                # or pending deletions of the one before it.
+                os.sync()
+                with server(args) as base:
+                    base.update(overrides)
+                    adapter = dict(base, s3_num_io_threads=in_flight)
+                    peer_env = dict(os.environ)
+                    peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
+                    peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
                     if c == "awscrt":
                         cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
                                "--bucket", base["s3_bucket"], "--region", base["s3_region"],
@@ -178,7 +211,15 @@ def main():
         results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
                         "in_flight": in_flight, "runs": per})
 
-    print(f"\nrounds: {args.rounds}; kvtier/raw adapter fields: {args.set}\n")
+    if args.json_out:
+        with open(args.json_out, "w") as f:
+            json.dump({"rounds": args.rounds, "set": args.set, "results": results}, f, indent=1)
+    report(results, args.rounds, args.set)
+
+
+def report(results, rounds, fields):
+    """Prints the Markdown tables; exits 1 if any run was unverified or failed."""
+    print(f"\nrounds: {rounds}; kvtier/raw adapter fields: {fields}\n")
     for r in results:
         print(f"### {r['workload']} (chunks x size @ requests in flight)\n")
         print("| client | phase | MiB/s median (min–max) | CPU-s/GiB median (min–max) | peak RSS MiB | verified |")
@@ -207,9 +248,16 @@ def main():
                     parts.append(f"throughput vs {other} {k[0] / o[0]:.2f}x, CPU/GiB vs {other} {k[1] / o[1]:.2f}x")
             print(f"- kvtier {phase}: " + "; ".join(parts))
         print()
-    if args.json_out:
-        with open(args.json_out, "w") as f:
-            json.dump(results, f, indent=1)
+        paired = paired_ratios(r["runs"])
+        if paired:
+            print("Paired ratios (each round's kvtier client ÷ the other client in the same round, on the same "
+                  "fresh server; median (min–max) over rounds):\n")
+            print("| client | vs | store MiB/s | store CPU/GiB | load MiB/s | load CPU/GiB |")
+            print("|---|---|---|---|---|---|")
+            for (c, other), cols in paired.items():
+                cells = [f"{statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})" if v else "–" for v in cols]
+                print(f"| {c} | {other} | " + " | ".join(cells) + " |")
+            print()
     bad = [(r["workload"], c) for r in results for c, runs in r["runs"].items() if not all(x["ok"] for x in runs)]
     if bad:
         print(f"unverified or failed runs: {bad}", file=sys.stderr)

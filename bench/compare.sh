@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Compares kvtier's S3 pipeline with a raw aws-sdk-s3 loop and LMCache's awscrt data path, in
-# alternating rounds, each round against a fresh throwaway Garage node on 127.0.0.1 (see
+# alternating rounds, each run against a fresh throwaway Garage node on 127.0.0.1 (see
 # bench/compare.py).
 #
 # Usage: bench/compare.sh [compare.py options]

@@ -199,6 +199,11 @@ pub struct PhaseReport {
     pub cpu_s_per_gib: Option<f64>,
     /// The process's peak RSS so far, at the end of the phase, MiB.
     pub peak_rss_mib: f64,
+    /// Minor page faults the process took in the phase (fresh memory being touched).
+    pub minor_faults: u64,
+    /// Context switches of the process's threads in the phase (voluntary + involuntary):
+    /// mostly threads parking and waking between requests.
+    pub context_switches: u64,
 }
 
 /// The raw aws-sdk-s3 baseline of an `s3` adapter: the same objects and concurrency through a
@@ -369,25 +374,34 @@ impl Workload {
     }
 }
 
+/// This process's resource usage so far (all threads), or zeros if `getrusage` fails.
+fn rusage() -> libc::rusage {
+    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else; on
+    // failure the struct stays zeroed, which is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    ru
+}
+
 /// This process's user + system CPU seconds so far (all threads).
 pub fn process_cpu_secs() -> f64 {
-    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0.0;
-    }
+    let ru = rusage();
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 /// This process's peak resident set size, in bytes.
 pub fn peak_rss_bytes() -> u64 {
-    // SAFETY: as above.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) } != 0 {
-        return 0;
-    }
-    ru.ru_maxrss.max(0) as u64 * 1024
+    rusage().ru_maxrss.max(0) as u64 * 1024
+}
+
+/// Minor page faults and context switches of this process so far.
+fn faults_and_switches() -> (u64, u64) {
+    let ru = rusage();
+    (
+        ru.ru_minflt.max(0) as u64,
+        (ru.ru_nvcsw.max(0) + ru.ru_nivcsw.max(0)) as u64,
+    )
 }
 
 struct Timer {
@@ -395,6 +409,7 @@ struct Timer {
     hist: Histogram<u64>,
     start: Instant,
     cpu: f64,
+    faults_and_switches: (u64, u64),
 }
 
 impl Timer {
@@ -404,6 +419,7 @@ impl Timer {
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
             start: Instant::now(),
             cpu: process_cpu_secs(),
+            faults_and_switches: faults_and_switches(),
         }
     }
     fn record(&mut self, d: Duration) {
@@ -412,6 +428,7 @@ impl Timer {
     fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let cpu_s = process_cpu_secs() - self.cpu;
+        let (faults, switches) = faults_and_switches();
         PhaseReport {
             peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
             cpu_s,
@@ -424,6 +441,8 @@ impl Timer {
             keys_per_s: keys as f64 / secs,
             p50_ms: self.hist.value_at_quantile(0.5) as f64 / 1000.0,
             p99_ms: self.hist.value_at_quantile(0.99) as f64 / 1000.0,
+            minor_faults: faults - self.faults_and_switches.0,
+            context_switches: switches - self.faults_and_switches.1,
         }
     }
 }
@@ -1137,14 +1156,17 @@ fn print_table(r: &BenchReport) {
             b.store_vs_raw, b.load_vs_raw
         );
     }
-    println!("client CPU s/GiB:");
+    println!("client CPU s/GiB (minor page faults, context switches in the phase):");
     for p in r
         .phases
         .iter()
         .chain(r.s3_baseline.iter().flat_map(|b| [&b.put, &b.get]))
     {
         if let Some(c) = p.cpu_s_per_gib {
-            println!("  {:<9} {c:.3}", p.phase);
+            println!(
+                "  {:<9} {c:.3} ({} faults, {} switches)",
+                p.phase, p.minor_faults, p.context_switches
+            );
         }
     }
     println!("peak RSS: {:.0} MiB", r.peak_rss_mib);
