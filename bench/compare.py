@@ -66,14 +66,15 @@ def run_json(cmd, env=None):
 
 @contextlib.contextmanager
 def server(args):
-    """The adapter JSON of a fresh Garage for one round (or of `--adapter`)."""
+    """The adapter JSON of a fresh Garage for one run (or of `--adapter`), and the server's
+    process id (None with `--adapter`)."""
     if args.adapter:
-        yield json.loads(args.adapter)
+        yield json.loads(args.adapter), None
         return
     env = dict(os.environ, KVTIER_GARAGE_PORT=str(args.port))
     # The script prints the adapter, then holds Garage up until our stdin closes.
     p = subprocess.Popen(
-        [args.garage_script, "sh", "-c", 'echo "$KVTIER_S3_ADAPTER"; read _ || true'],
+        [args.garage_script, "sh", "-c", 'echo "$KVTIER_S3_ADAPTER"; echo "$KVTIER_GARAGE_PID"; read _ || true'],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
         text=True, env=env,
     )
@@ -81,10 +82,23 @@ def server(args):
     try:
         if not line.startswith("{"):
             raise RuntimeError(f"{args.garage_script} did not start Garage (exit {p.wait()})")
-        yield json.loads(line)
+        pid = int(p.stdout.readline().strip())
+        yield json.loads(line), pid
     finally:
         p.stdin.close()
         p.wait(timeout=120)
+
+
+def process_cpu_s(pid):
+    """User + system CPU seconds of a process so far (None if unknown)."""
+    if pid is None:
+        return None
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return None
 
 
 def phases_of(report):
@@ -180,12 +194,13 @@ def main():
                 # Every run gets its own fresh server: no run inherits the blocks, metadata
                 # or pending deletions of the one before it.
                 os.sync()
-                with server(args) as base:
+                with server(args) as (base, server_pid):
                     base.update(overrides)
                     adapter = dict(base, s3_num_io_threads=in_flight)
                     peer_env = dict(os.environ)
                     peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
                     peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
+                    server_cpu = process_cpu_s(server_pid)
                     if c == "awscrt":
                         cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
                                "--bucket", base["s3_bucket"], "--region", base["s3_region"],
@@ -201,12 +216,19 @@ def main():
                         cmd = [binaries.get(c, args.kvtier), "bench", "--client", "pipeline", "--no-baseline",
                                "--cleanup", *common, "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
+                    after = process_cpu_s(server_pid)
+                    # The server's CPU over the whole run (store, load and clean-up), per GiB
+                    # stored plus loaded: what the client's requests cost the server.
+                    server_gib = 2 * chunks * size / GIB
+                    server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
                     ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
                     ph = phases_of(rep)
-                    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib")})
+                    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib"),
+                                   "server_cpu_gib": server_cpu_gib})
                     print(f"[{wl}] round {rnd + 1} {c}: "
                           + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
                                       for k, v in ph.items())
+                          + (f", server {server_cpu_gib:.2f} CPU-s/GiB" if server_cpu_gib is not None else "")
                           + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
         results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
                         "in_flight": in_flight, "runs": per})
@@ -237,6 +259,13 @@ def report(results, rounds, fields):
                       f"| {statistics.median(cs):.2f} ({min(cs):.2f}–{max(cs):.2f}) | {rss:.0f} "
                       f"| {all(x['ok'] for x in runs)} |")
         print()
+        server = {c: [x["server_cpu_gib"] for x in runs if x.get("server_cpu_gib") is not None]
+                  for c, runs in r["runs"].items()}
+        if any(server.values()):
+            print("Server (Garage) CPU-s per GiB stored + loaded, whole run: "
+                  + "; ".join(f"{c} {statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})"
+                              for c, v in server.items() if v))
+            print()
         for phase in ("store", "load"):
             k = med.get(("kvtier", phase))
             if not k:

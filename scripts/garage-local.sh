@@ -5,7 +5,8 @@
 #
 # Usage: scripts/garage-local.sh [command ...]
 #   e.g. scripts/garage-local.sh sh -c 'target/release/kvtier bench --l2-adapter "$KVTIER_S3_ADAPTER"'
-# Without a command it prints the JSON and waits for Ctrl-C.
+# Without a command it prints the JSON and waits for Ctrl-C. The command sees the adapter JSON in
+# $KVTIER_S3_ADAPTER and the server's process id in $KVTIER_GARAGE_PID.
 set -euo pipefail
 TOOLS="${KVTIER_TOOLS_DIR:-$HOME/.cache/kvtier-tools}"
 BIN="${KVTIER_GARAGE_BIN:-$TOOLS/garage-2.5.0/bin/garage}"
@@ -38,6 +39,7 @@ for _ in $(seq 1 100); do
 done
 "$BIN" -c "$DIR/garage.toml" bucket allow --read --write --owner kvtier-bench --key "$KEY_ID" >/dev/null
 export KVTIER_S3_ADAPTER="{\"type\": \"s3\", \"s3_endpoint\": \"http://127.0.0.1:$PORT\", \"s3_bucket\": \"kvtier-bench\", \"s3_region\": \"garage\", \"disable_tls\": true, \"aws_access_key_id\": \"$KEY_ID\", \"aws_secret_access_key\": \"$SECRET\"}"
+export KVTIER_GARAGE_PID=$PID
 echo "garage pid $PID on 127.0.0.1:$PORT (dir $DIR)" >&2
 echo "KVTIER_S3_ADAPTER=$KVTIER_S3_ADAPTER" >&2
 if [ $# -gt 0 ]; then "$@"; else wait "$PID"; fi
