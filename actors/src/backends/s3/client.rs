@@ -5,7 +5,9 @@ use std::time::Duration;
 
 use aws_config::BehaviorVersion;
 use aws_credential_types::Credentials;
-use aws_sdk_s3::config::{Region, RequestChecksumCalculation, ResponseChecksumValidation};
+use aws_sdk_s3::config::{
+    Region, RequestChecksumCalculation, ResponseChecksumValidation, StalledStreamProtectionConfig,
+};
 use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
@@ -73,6 +75,7 @@ pub async fn build_client(
             ResponseChecksumValidation::WhenRequired
         })
         .retry_config(RetryConfig::standard().with_max_attempts(MAX_ATTEMPTS))
+        .stalled_stream_protection(stalled_stream_protection())
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(CONNECT_TIMEOUT)
@@ -86,6 +89,18 @@ pub async fn build_client(
         b = b.endpoint_url(url);
     }
     Ok(aws_sdk_s3::Client::from_conf(b.build()))
+}
+
+/// The SDK's stalled-stream protection, for downloads only. A GET body streams after the
+/// request attempt has returned, so only this notices a server that stops sending mid-body. A
+/// PUT's body is sent inside the attempt, which the attempt timeout already bounds; the upload
+/// check cost about 10 % of the client's CPU on 4 MiB stores (measured with
+/// `bench/compare.sh`, BENCHMARKS.md) and bought nothing more.
+pub fn stalled_stream_protection() -> StalledStreamProtectionConfig {
+    StalledStreamProtectionConfig::enabled()
+        .upload_enabled(false)
+        .download_enabled(true)
+        .build()
 }
 
 /// The adapter's own multi-threaded tokio runtime for S3 requests: `s3_num_io_threads`
@@ -118,5 +133,24 @@ pub async fn send_put(
         req.send().await
     } else {
         req.customize().disable_payload_signing().send().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stalled_streams_are_watched_on_downloads_only() {
+        let c = stalled_stream_protection();
+        assert!(c.is_enabled());
+        assert!(
+            c.download_enabled(),
+            "a GET body stalling mid-stream must be noticed"
+        );
+        assert!(
+            !c.upload_enabled(),
+            "PUTs are bounded by the attempt timeout"
+        );
     }
 }
