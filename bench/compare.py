@@ -145,7 +145,9 @@ def main():
     ap.add_argument("--set", default='{"s3_payload_signing": "unsigned"}',
                     help="adapter fields for kvtier and raw (JSON object)")
     ap.add_argument("--variant", action="append", default=[],
-                    help="NAME=JSON: an extra kvtier pipeline run with these adapter fields")
+                    help="NAME=JSON: an extra kvtier pipeline run with these adapter fields; keys "
+                         "starting with '_' set bench options instead, e.g. '{\"_batch\": 1, "
+                         "\"_concurrency\": 64}' (keys per request, requests in flight)")
     ap.add_argument("--binary", action="append", default=[],
                     help="NAME=PATH: an extra kvtier pipeline run with another kvtier binary "
                          "(before/after comparisons of a change)")
@@ -212,9 +214,14 @@ def main():
                                "--l2-adapter", json.dumps(adapter)]
                         rep = run_json(cmd)
                     else:
-                        a = dict(adapter, **variants.get(c, {}))
+                        v = variants.get(c, {})
+                        a = dict(adapter, **{k: x for k, x in v.items() if not k.startswith("_")})
+                        opts = {"batch": batch, "concurrency": submit}
+                        opts.update({k[1:]: x for k, x in v.items() if k.startswith("_")})
                         cmd = [binaries.get(c, args.kvtier), "bench", "--client", "pipeline", "--no-baseline",
-                               "--cleanup", *common, "--l2-adapter", json.dumps(a)]
+                               "--cleanup", "--json", "--chunks", str(chunks), "--chunk-size", str(size),
+                               *[f for k, x in opts.items() for f in (f"--{k.replace('_', '-')}", str(x))],
+                               "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
                     after = process_cpu_s(server_pid)
                     # The server's CPU over the whole run (store, load and clean-up), per GiB
