@@ -89,6 +89,16 @@ def server(args):
         p.wait(timeout=120)
 
 
+def flags(opts):
+    """`{"chunk_size": 4096, "json": None}` → `["--chunk-size", "4096", "--json"]`."""
+    out = []
+    for k, v in opts.items():
+        out.append("--" + k.replace("_", "-"))
+        if v is not None:
+            out.append(str(v))
+    return out
+
+
 def process_cpu_s(pid):
     """User + system CPU seconds of a process so far (None if unknown)."""
     if pid is None:
@@ -187,8 +197,11 @@ def main():
         batch = 16
         # The pipeline submits 4x what the S3 layer lets through, so it is never starved.
         submit = max(1, 4 * in_flight // batch)
-        common = ["--json", "--chunks", str(chunks), "--chunk-size", str(size),
-                  "--batch", str(batch), "--concurrency", str(submit)]
+        # Bench options every kvtier run shares; variants may override them ("_batch": …).
+        bench_opts = {"json": None, "chunks": chunks, "chunk_size": size, "batch": batch,
+                      "concurrency": submit}
+        # The server's CPU is taken over a whole run: per GiB stored plus loaded.
+        server_gib = 2 * chunks * size / GIB
         per = {c: [] for c in clients}
         for rnd in range(args.rounds):
             # Rotate the order every round, so that slow drifts of the machine spread evenly.
@@ -210,23 +223,18 @@ def main():
                                "--concurrency", str(in_flight)]
                         rep = run_json(cmd, env=peer_env)
                     elif c == "raw":
-                        cmd = [args.kvtier, "bench", "--client", "raw-s3", *common,
+                        cmd = [args.kvtier, "bench", "--client", "raw-s3", *flags(bench_opts),
                                "--l2-adapter", json.dumps(adapter)]
                         rep = run_json(cmd)
                     else:
                         v = variants.get(c, {})
                         a = dict(adapter, **{k: x for k, x in v.items() if not k.startswith("_")})
-                        opts = {"batch": batch, "concurrency": submit}
-                        opts.update({k[1:]: x for k, x in v.items() if k.startswith("_")})
+                        opts = dict(bench_opts, **{k[1:]: x for k, x in v.items() if k.startswith("_")})
                         cmd = [binaries.get(c, args.kvtier), "bench", "--client", "pipeline", "--no-baseline",
-                               "--cleanup", "--json", "--chunks", str(chunks), "--chunk-size", str(size),
-                               *[f for k, x in opts.items() for f in (f"--{k.replace('_', '-')}", str(x))],
-                               "--l2-adapter", json.dumps(a)]
+                               "--cleanup", *flags(opts), "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
                     after = process_cpu_s(server_pid)
-                    # The server's CPU over the whole run (store, load and clean-up), per GiB
-                    # stored plus loaded: what the client's requests cost the server.
-                    server_gib = 2 * chunks * size / GIB
+                    # What the client's requests (store, load, clean-up) cost the server.
                     server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
                     ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
                     ph = phases_of(rep)

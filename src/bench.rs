@@ -374,42 +374,47 @@ impl Workload {
     }
 }
 
-/// This process's resource usage so far (all threads), or zeros if `getrusage` fails.
-fn rusage() -> libc::rusage {
-    // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else; on
-    // failure the struct stays zeroed, which is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    ru
+/// A snapshot of this process's resource counters (all threads), from one `getrusage` call;
+/// zeros if it fails.
+#[derive(Clone, Copy)]
+struct Usage {
+    cpu_s: f64,
+    peak_rss_bytes: u64,
+    minor_faults: u64,
+    context_switches: u64,
+}
+
+impl Usage {
+    fn now() -> Self {
+        // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else; on
+        // failure the struct stays zeroed, which is a valid value.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        Self {
+            cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
+            peak_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
+            minor_faults: ru.ru_minflt.max(0) as u64,
+            context_switches: (ru.ru_nvcsw.max(0) + ru.ru_nivcsw.max(0)) as u64,
+        }
+    }
 }
 
 /// This process's user + system CPU seconds so far (all threads).
 pub fn process_cpu_secs() -> f64 {
-    let ru = rusage();
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    Usage::now().cpu_s
 }
 
 /// This process's peak resident set size, in bytes.
 pub fn peak_rss_bytes() -> u64 {
-    rusage().ru_maxrss.max(0) as u64 * 1024
-}
-
-/// Minor page faults and context switches of this process so far.
-fn faults_and_switches() -> (u64, u64) {
-    let ru = rusage();
-    (
-        ru.ru_minflt.max(0) as u64,
-        (ru.ru_nvcsw.max(0) + ru.ru_nivcsw.max(0)) as u64,
-    )
+    Usage::now().peak_rss_bytes
 }
 
 struct Timer {
     name: &'static str,
     hist: Histogram<u64>,
     start: Instant,
-    cpu: f64,
-    faults_and_switches: (u64, u64),
+    usage: Usage,
 }
 
 impl Timer {
@@ -418,8 +423,7 @@ impl Timer {
             name,
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
             start: Instant::now(),
-            cpu: process_cpu_secs(),
-            faults_and_switches: faults_and_switches(),
+            usage: Usage::now(),
         }
     }
     fn record(&mut self, d: Duration) {
@@ -427,10 +431,10 @@ impl Timer {
     }
     fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
-        let cpu_s = process_cpu_secs() - self.cpu;
-        let (faults, switches) = faults_and_switches();
+        let now = Usage::now();
+        let cpu_s = now.cpu_s - self.usage.cpu_s;
         PhaseReport {
-            peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
+            peak_rss_mib: now.peak_rss_bytes as f64 / (1024.0 * 1024.0),
             cpu_s,
             cpu_s_per_gib: (bytes > 0).then(|| cpu_s / (bytes as f64 / kvtier_actors::config::GIB)),
             phase: self.name.into(),
@@ -441,8 +445,8 @@ impl Timer {
             keys_per_s: keys as f64 / secs,
             p50_ms: self.hist.value_at_quantile(0.5) as f64 / 1000.0,
             p99_ms: self.hist.value_at_quantile(0.99) as f64 / 1000.0,
-            minor_faults: faults - self.faults_and_switches.0,
-            context_switches: switches - self.faults_and_switches.1,
+            minor_faults: now.minor_faults - self.usage.minor_faults,
+            context_switches: now.context_switches - self.usage.context_switches,
         }
     }
 }
