@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::BytesMut;
-use kvtier::actors::backends::s3::S3Config;
+use kvtier::actors::backends::s3::{DataPath, S3Config};
 use kvtier::actors::ListKeys;
 use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
 use support::conformance::Fixture;
@@ -23,6 +23,7 @@ const BUCKET: &str = "kvtier-test";
 struct S3 {
     garage: Garage,
     run: String,
+    data_path: DataPath,
 }
 
 impl S3 {
@@ -32,17 +33,28 @@ impl S3 {
         S3 {
             garage,
             run: format!("run-{:08x}", rand::random::<u32>()),
+            data_path: DataPath::Direct,
+        }
+    }
+
+    /// The same fixture with the SDK carrying every request.
+    fn sdk() -> Self {
+        S3 {
+            data_path: DataPath::Sdk,
+            ..Self::new()
         }
     }
 
     fn config(&self) -> S3Config {
-        S3Config::for_endpoint(
+        let mut c = S3Config::for_endpoint(
             &self.garage.s3_endpoint,
             BUCKET,
             &self.garage.region,
             &self.garage.access_key_id,
             &self.garage.secret_access_key,
-        )
+        );
+        c.s3_data_path = self.data_path;
+        c
     }
 
     /// A plain aws-sdk-s3 client: what any other S3 tool (or LMCache) would see.
@@ -79,6 +91,13 @@ impl Fixture for S3 {
 }
 
 conformance_tests!(S3::new());
+
+/// The same conformance suite with `s3_data_path = "sdk"`: the SDK carries PUT, GET and HEAD
+/// too (the path taken with expiring credentials or S3 Express).
+mod sdk_data_path {
+    use super::*;
+    conformance_tests!(S3::sdk());
+}
 
 fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
     TierConfig {
@@ -571,21 +590,14 @@ async fn virtual_host_and_path_style_addressing() {
 /// buffer's is a miss too.
 #[actix_rt::test]
 async fn truncated_bodies_and_wrong_sizes_are_misses() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
             let Ok(mut c) = conn else { break };
-            let mut head = Vec::new();
-            let mut byte = [0u8; 1];
-            while !head.ends_with(b"\r\n\r\n") {
-                if c.read(&mut byte).unwrap_or(0) == 0 {
-                    break;
-                }
-                head.push(byte[0]);
-            }
-            let reply: &[u8] = if head.starts_with(b"HEAD") {
+            let head = support::read_request_head(&mut c);
+            let reply: &[u8] = if head.starts_with("HEAD") {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n"
             } else {
                 b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n0123456789012345678901234567890123456789012345678"
@@ -626,4 +638,55 @@ async fn truncated_bodies_and_wrong_sizes_are_misses() {
     );
     tier.unlock(vec![key(1)]);
     tier.shutdown();
+}
+
+/// The direct data path and the SDK read each other's objects (same names, same bytes, with
+/// and without CRC32C), and each adapter reports which path carries its data.
+#[actix_rt::test]
+async fn both_data_paths_read_each_others_objects() {
+    use kvtier::actors::backends::s3::ChecksumMode;
+    let fx = S3::new();
+    for (round, checksum) in [ChecksumMode::None, ChecksumMode::Crc32c]
+        .into_iter()
+        .enumerate()
+    {
+        let config_for = |path: DataPath| {
+            let mut c = fx.config();
+            c.s3_data_path = path;
+            c.s3_checksum = checksum;
+            c.s3_key_prefix = Some(format!("{}/paths", fx.run));
+            tier_config(vec![AdapterConfig {
+                common: Default::default(),
+                spec: AdapterSpec::S3(c),
+            }])
+        };
+        let direct = Tier::start(&config_for(DataPath::Direct)).await.unwrap();
+        let sdk = Tier::start(&config_for(DataPath::Sdk)).await.unwrap();
+        for (tier, want) in [(&direct, "direct"), (&sdk, "sdk: s3_data_path is \"sdk\"")] {
+            let status = tier.status().await.unwrap();
+            assert_eq!(status.adapters[0].details["data_path"], want, "{status:?}");
+        }
+        for (i, (writer, reader)) in [(&direct, &sdk), (&sdk, &direct)].into_iter().enumerate() {
+            let k = key(100 + 10 * round as u32 + i as u32);
+            let data = payload(i as u32, 300_000);
+            let rep = writer
+                .store(vec![k.clone()], vec![data.clone()])
+                .await
+                .unwrap();
+            assert!(rep.adapters[0].1.failed.is_empty(), "{rep:?}");
+            assert!(reader.lookup_and_lock(vec![k.clone()]).await.unwrap().all());
+            let got = reader
+                .load(vec![k.clone()], vec![BytesMut::zeroed(data.len())])
+                .await
+                .unwrap();
+            assert!(
+                got.hits.all(),
+                "{checksum:?}: written by one path, read by the other"
+            );
+            assert_eq!(&got.buffers[0][..], &data[..]);
+            reader.unlock(vec![k]);
+        }
+        direct.shutdown();
+        sdk.shutdown();
+    }
 }

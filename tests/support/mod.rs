@@ -11,6 +11,20 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kvtier::actors::ObjectKey;
 
+/// Reads an HTTP/1.1 request head (up to and including the blank line) from a test server's
+/// connection, byte by byte, so that nothing of the body is consumed.
+pub fn read_request_head(c: &mut impl std::io::Read) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if c.read(&mut byte).unwrap_or(0) == 0 {
+            break;
+        }
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
 /// A key for tests: model `m`, rank 0, hash from `i`.
 pub fn key(i: u32) -> ObjectKey {
     ObjectKey::new("test-model", 0, i.to_be_bytes().to_vec()).unwrap()

@@ -4,6 +4,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 use aws_config::BehaviorVersion;
+use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_credential_types::Credentials;
 use aws_sdk_s3::config::{
     Region, RequestChecksumCalculation, ResponseChecksumValidation, StalledStreamProtectionConfig,
@@ -12,6 +13,7 @@ use aws_smithy_types::retry::RetryConfig;
 use aws_smithy_types::timeout::TimeoutConfig;
 
 use super::config::{ResolvedEndpoint, S3Config};
+use super::http::HyperClient;
 use crate::storage::BackendError;
 
 /// Connection timeout: a refused or black-holed endpoint fails fast and counts toward the breaker.
@@ -29,7 +31,26 @@ pub async fn build_client(
     ep: &ResolvedEndpoint,
     resolve_to: Option<IpAddr>,
 ) -> Result<aws_sdk_s3::Client, BackendError> {
-    let http = super::http::client(
+    Ok(build_clients(cfg, ep, resolve_to).await?.sdk)
+}
+
+/// What [`build_clients`] returns.
+pub struct Clients {
+    /// The SDK client.
+    pub sdk: aws_sdk_s3::Client,
+    /// The hyper client under it, for the direct data path (one connection pool for both).
+    pub hyper: HyperClient,
+    /// Where the SDK client gets its credentials.
+    pub credentials: SharedCredentialsProvider,
+}
+
+/// [`build_client`], also returning the hyper client under it and the credentials provider.
+pub async fn build_clients(
+    cfg: &S3Config,
+    ep: &ResolvedEndpoint,
+    resolve_to: Option<IpAddr>,
+) -> Result<Clients, BackendError> {
+    let (http, hyper) = super::http::client(
         cfg.s3_ca_bundle.as_deref(),
         CONNECT_TIMEOUT,
         cfg.s3_prefer_http2,
@@ -37,23 +58,30 @@ pub async fn build_client(
     )?;
 
     let region = Region::new(cfg.s3_region.clone());
-    let mut b = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {
-        (Some(id), Some(secret)) => aws_sdk_s3::config::Builder::new()
-            .behavior_version(BehaviorVersion::latest())
-            .region(region)
-            .credentials_provider(Credentials::new(
+    let (mut b, credentials) = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {
+        (Some(id), Some(secret)) => {
+            let creds = SharedCredentialsProvider::new(Credentials::new(
                 id.expose(),
                 secret.expose(),
                 None,
                 None,
                 "kvtier-static",
-            )),
+            ));
+            let b = aws_sdk_s3::config::Builder::new()
+                .behavior_version(BehaviorVersion::latest())
+                .region(region)
+                .credentials_provider(creds.clone());
+            (b, creds)
+        }
         _ => {
             let shared = aws_config::defaults(BehaviorVersion::latest())
                 .region(region)
                 .load()
                 .await;
-            aws_sdk_s3::config::Builder::from(&shared)
+            let creds = shared.credentials_provider().ok_or_else(|| BackendError::Invalid {
+                reason: "s3: no AWS credentials: set aws_access_key_id and aws_secret_access_key, or configure the default chain (environment, profile, web identity, instance metadata)".into(),
+            })?;
+            (aws_sdk_s3::config::Builder::from(&shared), creds)
         }
     };
     let crc = cfg.s3_checksum == super::config::ChecksumMode::Crc32c;
@@ -88,7 +116,22 @@ pub async fn build_client(
     if let Some(url) = &ep.endpoint_url {
         b = b.endpoint_url(url);
     }
-    Ok(aws_sdk_s3::Client::from_conf(b.build()))
+    Ok(Clients {
+        sdk: aws_sdk_s3::Client::from_conf(b.build()),
+        hyper,
+        credentials,
+    })
+}
+
+/// The credentials `provider` gives now (static keys, or the default chain's first answer).
+pub async fn current_credentials(
+    provider: &SharedCredentialsProvider,
+) -> Result<Credentials, String> {
+    use aws_credential_types::provider::ProvideCredentials;
+    provider
+        .provide_credentials()
+        .await
+        .map_err(|e| aws_sdk_s3::error::DisplayErrorContext(&e).to_string())
 }
 
 /// The SDK's stalled-stream protection, for downloads only. A GET body streams after the

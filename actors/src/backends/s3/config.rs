@@ -44,6 +44,20 @@ pub enum ChecksumMode {
     Crc32c,
 }
 
+/// Which client carries the data requests (PUT, GET, HEAD).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DataPath {
+    /// kvtier's direct path (default): SigV4 by `aws-sigv4`, the SDK's own signer, on the
+    /// SDK's HTTP client, without the SDK's per-request orchestration, which at 256 KiB objects
+    /// was most of the client's CPU. Used with long-lived credentials (static keys, environment,
+    /// profile) and S3 Express off; otherwise the SDK carries the data too.
+    #[default]
+    Direct,
+    /// The SDK for every request.
+    Sdk,
+}
+
 /// `type = "s3"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,6 +119,10 @@ pub struct S3Config {
     /// connections but never answers opens the circuit breaker sooner.
     #[serde(default)]
     pub s3_attempt_timeout_secs: Option<f64>,
+    /// `"direct"` (default) or `"sdk"`: which client carries PUT, GET and HEAD. See
+    /// [`DataPath`].
+    #[serde(default)]
+    pub s3_data_path: DataPath,
 }
 
 fn default_io_threads() -> usize {
@@ -157,6 +175,7 @@ impl S3Config {
             s3_payload_signing: PayloadSigning::Auto,
             s3_checksum: ChecksumMode::None,
             s3_attempt_timeout_secs: None,
+            s3_data_path: DataPath::Direct,
         }
     }
 

@@ -33,8 +33,10 @@ pub const READ_BUF_MAX: usize = 64 * 1024;
 
 /// Host-name resolution: the system's, or one fixed address for every name.
 #[derive(Clone, Debug)]
-enum Resolve {
+pub enum Resolve {
+    /// The system resolver.
     System(GaiResolver),
+    /// This address for every host name.
     Fixed(IpAddr),
 }
 
@@ -67,11 +69,13 @@ impl tower_service::Service<Name> for Resolve {
     }
 }
 
-type Inner = Client<hyper_rustls::HttpsConnector<TcpConnector<Resolve>>, SdkBody>;
+/// The pooled hyper client under both the SDK and the direct data path
+/// ([`super::direct`]); cloning it shares the pool.
+pub type HyperClient = Client<hyper_rustls::HttpsConnector<TcpConnector<Resolve>>, SdkBody>;
 
 /// The connector: one pooled hyper client.
 #[derive(Clone, Debug)]
-struct KvtierConnector(Inner);
+struct KvtierConnector(HyperClient);
 
 impl HttpConnector for KvtierConnector {
     fn call(&self, request: HttpRequest) -> HttpConnectorFuture {
@@ -128,14 +132,15 @@ pub fn tls_config(
         .with_no_client_auth())
 }
 
-/// The SDK HTTP client: ALPN `h2`, `http/1.1` when `prefer_http2`, else `http/1.1` only (plain
-/// `http://` endpoints always speak HTTP/1.1); every host resolved to `resolve_to` when given.
+/// The HTTP client, for the SDK and as the plain hyper client it wraps (one connection pool):
+/// ALPN `h2`, `http/1.1` when `prefer_http2`, else `http/1.1` only (plain `http://` endpoints
+/// always speak HTTP/1.1); every host resolved to `resolve_to` when given.
 pub fn client(
     ca_bundle: Option<&std::path::Path>,
     connect_timeout: Duration,
     prefer_http2: bool,
     resolve_to: Option<IpAddr>,
-) -> Result<SharedHttpClient, BackendError> {
+) -> Result<(SharedHttpClient, HyperClient), BackendError> {
     let mut tls = tls_config(ca_bundle)?;
     tls.alpn_protocols = if prefer_http2 {
         vec![b"h2".to_vec(), b"http/1.1".to_vec()]
@@ -153,12 +158,10 @@ pub fn client(
     // Plain http:// URLs (disable_tls) pass through; https:// ones get TLS, and hyper speaks
     // HTTP/2 on connections where ALPN chose `h2`.
     let https = hyper_rustls::HttpsConnector::from((tcp, tls));
-    let connector = KvtierConnector(
-        Client::builder(TokioExecutor::new())
-            .http1_max_buf_size(READ_BUF_MAX)
-            .build(https),
-    );
-    Ok(http_client_fn(move |_, _| {
-        SharedHttpConnector::new(connector.clone())
-    }))
+    let hyper = Client::builder(TokioExecutor::new())
+        .http1_max_buf_size(READ_BUF_MAX)
+        .build(https);
+    let connector = KvtierConnector(hyper.clone());
+    let sdk = http_client_fn(move |_, _| SharedHttpConnector::new(connector.clone()));
+    Ok((sdk, hyper))
 }

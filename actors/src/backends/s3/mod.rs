@@ -17,6 +17,7 @@
 
 mod client;
 mod config;
+mod direct;
 pub mod http;
 
 use std::future::Future;
@@ -30,9 +31,13 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::Semaphore;
 
 pub use client::{
-    build_client, io_runtime, send_put, ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS,
+    build_client, build_clients, current_credentials, io_runtime, send_put, Clients,
+    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS,
 };
-pub use config::{AddressingStyle, ChecksumMode, PayloadSigning, ResolvedEndpoint, S3Config};
+pub use config::{
+    AddressingStyle, ChecksumMode, DataPath, PayloadSigning, ResolvedEndpoint, S3Config,
+};
+pub use direct::Direct;
 
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
@@ -138,6 +143,8 @@ struct Shared {
     sign_payload: bool,
     /// End-to-end CRC32C on PUT and GET.
     crc32c: bool,
+    /// The direct data path for PUT, GET and HEAD, when it applies; the SDK otherwise.
+    direct: Option<Direct>,
 }
 
 impl Shared {
@@ -158,6 +165,8 @@ pub struct S3Storage {
     endpoint: ResolvedEndpoint,
     region: String,
     in_flight_bound: usize,
+    /// Which client carries the data, and why (for status).
+    data_path: String,
 }
 
 fn classify<E>(
@@ -201,10 +210,28 @@ impl S3Storage {
         let runtime = io_runtime(cfg).map_err(|e| BackendError::io("open", e))?;
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
-        let client = handle
-            .spawn(async move { build_client(&c, &ep, resolve_to).await })
+        let (client, direct) = handle
+            .spawn(async move {
+                let clients = build_clients(&c, &ep, resolve_to).await?;
+                let client = clients.sdk;
+                let direct = match c.s3_data_path {
+                    DataPath::Sdk => Err("s3_data_path is \"sdk\"".to_owned()),
+                    DataPath::Direct => match current_credentials(&clients.credentials).await {
+                        Ok(creds) => {
+                            Direct::new(&c, &ep, clients.hyper, creds).map_err(str::to_owned)
+                        }
+                        Err(e) => Err(format!("no credentials at start ({e})")),
+                    },
+                };
+                Ok::<_, BackendError>((client, direct))
+            })
             .await
             .map_err(|e| BackendError::io("open", e))??;
+        let data_path = match &direct {
+            Ok(_) => "direct".to_owned(),
+            Err(why) => format!("sdk: {why}"),
+        };
+        tracing::info!(data_path = %data_path, "s3 adapter: data requests");
         Ok(Self {
             shared: Arc::new(Shared {
                 client,
@@ -214,6 +241,7 @@ impl S3Storage {
                 permits: Semaphore::new(cfg.s3_num_io_threads),
                 sign_payload: cfg.signs_payload(&endpoint),
                 crc32c: cfg.s3_checksum == ChecksumMode::Crc32c,
+                direct: direct.ok(),
             }),
             runtime: Some(runtime),
             handle,
@@ -228,6 +256,7 @@ impl S3Storage {
             endpoint,
             region: cfg.s3_region.clone(),
             in_flight_bound: cfg.s3_num_io_threads,
+            data_path,
         })
     }
 
@@ -302,6 +331,10 @@ async fn get_one(
     key: ObjectKey,
     mut buf: BytesMut,
 ) -> (BytesMut, Result<Fetched, BackendError>) {
+    if let Some(direct) = &shared.direct {
+        let res = direct.get(&shared.object_key(&key), &mut buf).await;
+        return (buf, res);
+    }
     let mut req = shared
         .client
         .get_object()
@@ -418,6 +451,9 @@ impl Storage for S3Storage {
             "put",
             items,
             |shared, (key, data): (ObjectKey, Bytes)| async move {
+                if let Some(direct) = &shared.direct {
+                    return Item(direct.put(&shared.object_key(&key), data).await);
+                }
                 let len = data.len() as i64;
                 let mut req = shared
                     .client
@@ -439,6 +475,9 @@ impl Storage for S3Storage {
 
     fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let io = self.per_item("head", keys, |shared, key: ObjectKey| async move {
+            if let Some(direct) = &shared.direct {
+                return Item(direct.head(&shared.object_key(&key)).await);
+            }
             let res = shared
                 .client
                 .head_object()
@@ -635,6 +674,7 @@ impl Storage for S3Storage {
             "in_flight_bound": self.in_flight_bound,
             "payload_signed": self.shared.sign_payload,
             "checksum": if self.shared.crc32c { "crc32c" } else { "none" },
+            "data_path": self.data_path,
             "circuit_breaker": {
                 "state": self.breaker.name(),
                 "consecutive_failures": self.breaker.failures,
