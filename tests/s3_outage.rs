@@ -262,7 +262,7 @@ async fn three_node_outage_breaker_and_recovery() {
     let (o50, omax) = p50_max(&mut to_open);
     eprintln!(
         "[outage] b. all nodes down: breaker open after {} failed store(s) in {:.0} ms \
-         (each p50 {o50:.0} ms, max {omax:.0} ms: connection refused, with the SDK's retries)",
+         (each p50 {o50:.0} ms, max {omax:.0} ms: connection refused, with retries)",
         to_open.len(),
         opened_after.as_secs_f64() * 1e3
     );
