@@ -31,7 +31,7 @@ pub async fn build_client(
     ep: &ResolvedEndpoint,
     resolve_to: Option<IpAddr>,
 ) -> Result<aws_sdk_s3::Client, BackendError> {
-    Ok(build_clients(cfg, ep, resolve_to).await?.sdk)
+    Ok(build_clients(cfg, ep, resolve_to, None).await?.sdk)
 }
 
 /// What [`build_clients`] returns.
@@ -44,11 +44,13 @@ pub struct Clients {
     pub credentials: SharedCredentialsProvider,
 }
 
-/// [`build_client`], also returning the hyper client under it and the credentials provider.
+/// [`build_client`], also returning the hyper client under it and the credentials provider;
+/// `credentials`, when given, replaces the config's (static keys or the default chain).
 pub async fn build_clients(
     cfg: &S3Config,
     ep: &ResolvedEndpoint,
     resolve_to: Option<IpAddr>,
+    credentials: Option<SharedCredentialsProvider>,
 ) -> Result<Clients, BackendError> {
     let (http, hyper) = super::http::client(
         cfg.s3_ca_bundle.as_deref(),
@@ -58,22 +60,25 @@ pub async fn build_clients(
     )?;
 
     let region = Region::new(cfg.s3_region.clone());
-    let (mut b, credentials) = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {
-        (Some(id), Some(secret)) => {
-            let creds = SharedCredentialsProvider::new(Credentials::new(
-                id.expose(),
-                secret.expose(),
-                None,
-                None,
-                "kvtier-static",
-            ));
+    let static_keys = match (&cfg.aws_access_key_id, &cfg.aws_secret_access_key) {
+        (Some(id), Some(secret)) => Some(SharedCredentialsProvider::new(Credentials::new(
+            id.expose(),
+            secret.expose(),
+            None,
+            None,
+            "kvtier-static",
+        ))),
+        _ => None,
+    };
+    let (mut b, credentials) = match credentials.or(static_keys) {
+        Some(creds) => {
             let b = aws_sdk_s3::config::Builder::new()
                 .behavior_version(BehaviorVersion::latest())
                 .region(region)
                 .credentials_provider(creds.clone());
             (b, creds)
         }
-        _ => {
+        None => {
             let shared = aws_config::defaults(BehaviorVersion::latest())
                 .region(region)
                 .load()

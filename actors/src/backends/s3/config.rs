@@ -50,8 +50,9 @@ pub enum ChecksumMode {
 pub enum DataPath {
     /// kvtier's direct path (default): SigV4 by `aws-sigv4`, the SDK's own signer, on the
     /// SDK's HTTP client, without the SDK's per-request orchestration, which at 256 KiB objects
-    /// was most of the client's CPU. Used with long-lived credentials (static keys, environment,
-    /// profile) and S3 Express off; otherwise the SDK carries the data too.
+    /// was most of the client's CPU. Used unless S3 Express is on. Temporary credentials
+    /// (web identity/IRSA, instance roles, SSO) are refreshed 5 minutes before they expire;
+    /// within a minute of expiry without fresh ones, the SDK carries the data.
     #[default]
     Direct,
     /// The SDK for every request.

@@ -4,8 +4,8 @@
 //! resolution, retry bookkeeping).
 //!
 //! At 256 KiB objects that orchestration was most of the client's CPU per request (BENCHMARKS.md).
-//! Everything else (listing, deletes, S3 Express, temporary credentials) stays on the SDK; see
-//! [`super::DataPath`] for when this path is used.
+//! Everything else (listing, deletes, S3 Express sessions, the credential chain) stays on the
+//! SDK; see [`super::DataPath`] for when this path is used.
 //!
 //! What a request does here, matching the SDK path:
 //!
@@ -64,7 +64,10 @@ enum Failure {
     Final(BackendError),
 }
 
-/// The direct path's fixed parts, shared by every request.
+/// The direct path's fixed parts, shared by every request. Its credentials are fixed too: the
+/// storage swaps in a new `Direct` ([`Direct::with_credentials`]) when temporary credentials
+/// are refreshed.
+#[derive(Clone)]
 pub struct Direct {
     client: HyperClient,
     /// `scheme://authority[/path]` requests start with, bucket included when virtual-hosted.
@@ -120,9 +123,6 @@ impl Direct {
         if cfg.s3_enable_s3express {
             return Err("S3 Express session auth is on (the SDK signs those requests)");
         }
-        if credentials.expiry().is_some() {
-            return Err("the credentials expire (the SDK's identity cache refreshes them)");
-        }
         let (scheme, authority, path) = match &ep.endpoint_url {
             Some(url) => {
                 let uri: http::Uri = url.parse().map_err(|_| "the endpoint URL does not parse")?;
@@ -166,6 +166,14 @@ impl Direct {
                 .s3_attempt_timeout_secs
                 .map_or(ATTEMPT_TIMEOUT, Duration::from_secs_f64),
         })
+    }
+
+    /// The same path signing with other credentials (after a refresh).
+    pub fn with_credentials(&self, credentials: Credentials) -> Self {
+        Self {
+            identity: credentials.into(),
+            ..self.clone()
+        }
     }
 
     /// The request URL of an object (its full key, prefix included).
@@ -563,18 +571,9 @@ mod tests {
         assert_eq!(url(&c), "http://127.0.0.1:3900/kvcache/pre/m%401%40ab");
     }
 
-    /// The SDK keeps the data requests where only it can sign them right.
+    /// S3 Express sessions are signed by the SDK only.
     #[test]
-    fn expiring_credentials_and_s3_express_stay_on_the_sdk() {
-        let c = config("s3://my-bucket");
-        let expiring = Credentials::new(
-            "AKID",
-            "SECRET",
-            Some("TOKEN".into()),
-            Some(SystemTime::now() + Duration::from_secs(3600)),
-            "test",
-        );
-        assert!(direct(&c, expiring).is_err());
+    fn s3_express_stays_on_the_sdk() {
         let mut c = config("s3://my-bucket");
         c.s3_enable_s3express = true;
         assert!(direct(&c, static_creds()).is_err());

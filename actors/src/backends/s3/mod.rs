@@ -22,7 +22,9 @@ pub mod http;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
+
+use aws_credential_types::provider::SharedCredentialsProvider;
 
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
@@ -143,8 +145,100 @@ struct Shared {
     sign_payload: bool,
     /// End-to-end CRC32C on PUT and GET.
     crc32c: bool,
-    /// The direct data path for PUT, GET and HEAD, when it applies; the SDK otherwise.
-    direct: Option<Direct>,
+}
+
+/// Refresh temporary credentials this long before they expire.
+pub const REFRESH_AHEAD: Duration = Duration::from_secs(300);
+/// Closer than this to expiry (no fresh credentials yet), data requests take the SDK path,
+/// whose identity cache refreshes on its own.
+pub const SDK_FALLBACK_WITHIN: Duration = Duration::from_secs(60);
+/// After a failed refresh, wait this long before the next try.
+const REFRESH_RETRY: Duration = Duration::from_secs(10);
+
+type Refreshed = Result<aws_credential_types::Credentials, String>;
+
+/// The direct data path and its credentials, owned by the storage. A refresh runs on the S3
+/// runtime and sends its result back on a channel that the storage drains at its next data
+/// request (no lock: only the storage's owner, the backend actor, touches this).
+struct DirectPath {
+    /// The signer for new requests; requests in flight keep the one they started with.
+    direct: Arc<Direct>,
+    provider: SharedCredentialsProvider,
+    /// When the current credentials expire (`None`: long-lived).
+    expiry: Option<SystemTime>,
+    refreshing: bool,
+    retry_at: Option<Instant>,
+    refreshes: u64,
+    tx: flume::Sender<Refreshed>,
+    rx: flume::Receiver<Refreshed>,
+}
+
+impl DirectPath {
+    fn new(
+        direct: Direct,
+        provider: SharedCredentialsProvider,
+        expiry: Option<SystemTime>,
+    ) -> Self {
+        let (tx, rx) = flume::unbounded();
+        Self {
+            direct: Arc::new(direct),
+            provider,
+            expiry,
+            refreshing: false,
+            retry_at: None,
+            refreshes: 0,
+            tx,
+            rx,
+        }
+    }
+
+    /// The signer for the next requests, or `None` when they should take the SDK path (the
+    /// credentials are about to expire). Applies a finished refresh and starts one when due.
+    fn signer(&mut self, runtime: &tokio::runtime::Handle) -> Option<Arc<Direct>> {
+        while let Ok(res) = self.rx.try_recv() {
+            self.refreshing = false;
+            match res {
+                Ok(creds) => {
+                    self.expiry = creds.expiry();
+                    self.direct = Arc::new(self.direct.with_credentials(creds));
+                    self.refreshes += 1;
+                    self.retry_at = None;
+                    tracing::debug!("s3: direct data path has fresh credentials");
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "s3: refreshing credentials failed; will retry");
+                    self.retry_at = Some(Instant::now() + REFRESH_RETRY);
+                }
+            }
+        }
+        let Some(expiry) = self.expiry else {
+            return Some(self.direct.clone());
+        };
+        let left = expiry
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        if left <= REFRESH_AHEAD
+            && !self.refreshing
+            && self.retry_at.is_none_or(|t| Instant::now() >= t)
+        {
+            self.refreshing = true;
+            let (provider, tx) = (self.provider.clone(), self.tx.clone());
+            runtime.spawn(async move {
+                let _ = tx.send(current_credentials(&provider).await);
+            });
+        }
+        (left > SDK_FALLBACK_WITHIN).then(|| self.direct.clone())
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({
+            "expires_in_secs": self.expiry.map(|t| t
+                .duration_since(SystemTime::now())
+                .unwrap_or(Duration::ZERO)
+                .as_secs()),
+            "refreshes": self.refreshes,
+        })
+    }
 }
 
 impl Shared {
@@ -167,6 +261,8 @@ pub struct S3Storage {
     in_flight_bound: usize,
     /// Which client carries the data, and why (for status).
     data_path: String,
+    /// The direct data path, when it applies; the SDK otherwise.
+    direct: Option<DirectPath>,
 }
 
 fn classify<E>(
@@ -204,6 +300,18 @@ impl S3Storage {
         capacity_bytes: u64,
         resolve_to: Option<std::net::IpAddr>,
     ) -> Result<Self, BackendError> {
+        Self::open_with(cfg, format, capacity_bytes, resolve_to, None).await
+    }
+
+    /// [`S3Storage::open_resolving`] with `credentials` in place of the config's (static keys
+    /// or the default chain): for tests, and for hosts with a credential source of their own.
+    pub async fn open_with(
+        cfg: &S3Config,
+        format: NameFormat,
+        capacity_bytes: u64,
+        resolve_to: Option<std::net::IpAddr>,
+        credentials: Option<SharedCredentialsProvider>,
+    ) -> Result<Self, BackendError> {
         let endpoint = cfg.validate().map_err(|e| BackendError::Invalid {
             reason: e.to_string(),
         })?;
@@ -212,13 +320,17 @@ impl S3Storage {
         let (c, ep) = (cfg.clone(), endpoint.clone());
         let (client, direct) = handle
             .spawn(async move {
-                let clients = build_clients(&c, &ep, resolve_to).await?;
+                let clients = build_clients(&c, &ep, resolve_to, credentials).await?;
                 let client = clients.sdk;
+                let provider = clients.credentials;
                 let direct = match c.s3_data_path {
                     DataPath::Sdk => Err("s3_data_path is \"sdk\"".to_owned()),
-                    DataPath::Direct => match current_credentials(&clients.credentials).await {
+                    DataPath::Direct => match current_credentials(&provider).await {
                         Ok(creds) => {
-                            Direct::new(&c, &ep, clients.hyper, creds).map_err(str::to_owned)
+                            let expiry = creds.expiry();
+                            Direct::new(&c, &ep, clients.hyper, creds)
+                                .map(|d| DirectPath::new(d, provider, expiry))
+                                .map_err(str::to_owned)
                         }
                         Err(e) => Err(format!("no credentials at start ({e})")),
                     },
@@ -241,7 +353,6 @@ impl S3Storage {
                 permits: Semaphore::new(cfg.s3_num_io_threads),
                 sign_payload: cfg.signs_payload(&endpoint),
                 crc32c: cfg.s3_checksum == ChecksumMode::Crc32c,
-                direct: direct.ok(),
             }),
             runtime: Some(runtime),
             handle,
@@ -257,7 +368,14 @@ impl S3Storage {
             region: cfg.s3_region.clone(),
             in_flight_bound: cfg.s3_num_io_threads,
             data_path,
+            direct: direct.ok(),
         })
+    }
+
+    /// The direct path's signer for the next data requests, or `None` for the SDK path.
+    fn signer(&mut self) -> Option<Arc<Direct>> {
+        let runtime = self.handle.clone();
+        self.direct.as_mut()?.signer(&runtime)
     }
 
     /// The bucket requests go to.
@@ -328,10 +446,11 @@ impl<T> From<BackendError> for Item<T> {
 
 async fn get_one(
     shared: Arc<Shared>,
+    direct: Option<Arc<Direct>>,
     key: ObjectKey,
     mut buf: BytesMut,
 ) -> (BytesMut, Result<Fetched, BackendError>) {
-    if let Some(direct) = &shared.direct {
+    if let Some(direct) = direct {
         let res = direct.get(&shared.object_key(&key), &mut buf).await;
         return (buf, res);
     }
@@ -396,6 +515,45 @@ async fn get_one(
     (buf, Ok(Fetched::Hit))
 }
 
+/// A PUT through the SDK.
+async fn sdk_put(shared: &Shared, key: &ObjectKey, data: Bytes) -> Result<(), BackendError> {
+    let len = data.len() as i64;
+    let mut req = shared
+        .client
+        .put_object()
+        .bucket(&shared.bucket)
+        .key(shared.object_key(key))
+        .content_type("application/octet-stream")
+        .content_length(len)
+        .body(ByteStream::from(data));
+    if shared.crc32c {
+        req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
+    }
+    let res = send_put(req, shared.sign_payload).await;
+    res.map(|_| ()).map_err(|e| classify("put", e))
+}
+
+/// A HEAD through the SDK: the size of a present, non-empty object.
+async fn sdk_head(shared: &Shared, key: &ObjectKey) -> Result<Option<u64>, BackendError> {
+    let res = shared
+        .client
+        .head_object()
+        .bucket(&shared.bucket)
+        .key(shared.object_key(key))
+        .send()
+        .await;
+    match res {
+        Ok(r) => Ok(r.content_length().filter(|l| *l > 0).map(|l| l as u64)),
+        Err(e)
+            if e.as_service_error().is_some_and(|s| s.is_not_found())
+                || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
+        {
+            Ok(None)
+        }
+        Err(e) => Err(classify("head", e)),
+    }
+}
+
 async fn list_page(
     shared: &Shared,
     model: Option<&str>,
@@ -447,54 +605,33 @@ impl Storage for S3Storage {
     }
 
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
+        let direct = self.signer();
         let io = self.per_item(
             "put",
             items,
-            |shared, (key, data): (ObjectKey, Bytes)| async move {
-                if let Some(direct) = &shared.direct {
-                    return Item(direct.put(&shared.object_key(&key), data).await);
+            move |shared, (key, data): (ObjectKey, Bytes)| {
+                let direct = direct.clone();
+                async move {
+                    match direct {
+                        Some(d) => Item(d.put(&shared.object_key(&key), data).await),
+                        None => Item(sdk_put(&shared, &key, data).await),
+                    }
                 }
-                let len = data.len() as i64;
-                let mut req = shared
-                    .client
-                    .put_object()
-                    .bucket(&shared.bucket)
-                    .key(shared.object_key(&key))
-                    .content_type("application/octet-stream")
-                    .content_length(len)
-                    .body(ByteStream::from(data));
-                if shared.crc32c {
-                    req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
-                }
-                let res = send_put(req, shared.sign_payload).await;
-                Item(res.map(|_| ()).map_err(|e| classify("put", e)))
             },
         );
         map_io(io, |v| v.into_iter().map(|i| i.0).collect())
     }
 
     fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        let io = self.per_item("head", keys, |shared, key: ObjectKey| async move {
-            if let Some(direct) = &shared.direct {
-                return Item(direct.head(&shared.object_key(&key)).await);
-            }
-            let res = shared
-                .client
-                .head_object()
-                .bucket(&shared.bucket)
-                .key(shared.object_key(&key))
-                .send()
-                .await;
-            Item(match res {
-                Ok(r) => Ok(r.content_length().filter(|l| *l > 0).map(|l| l as u64)),
-                Err(e)
-                    if e.as_service_error().is_some_and(|s| s.is_not_found())
-                        || e.raw_response().is_some_and(|r| r.status().as_u16() == 404) =>
-                {
-                    Ok(None)
+        let direct = self.signer();
+        let io = self.per_item("head", keys, move |shared, key: ObjectKey| {
+            let direct = direct.clone();
+            async move {
+                match direct {
+                    Some(d) => Item(d.head(&shared.object_key(&key)).await),
+                    None => Item(sdk_head(&shared, &key).await),
                 }
-                Err(e) => Err(classify("head", e)),
-            })
+            }
         });
         map_io(io, |v| v.into_iter().map(|i| i.0).collect())
     }
@@ -504,12 +641,16 @@ impl Storage for S3Storage {
         items: Vec<(ObjectKey, BytesMut)>,
     ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
         let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
+        let direct = self.signer();
         let io = self.per_item(
             "get",
             items,
-            |shared, (key, buf): (ObjectKey, BytesMut)| async move {
-                let (buf, res) = get_one(shared, key, buf).await;
-                GetResult(buf, res)
+            move |shared, (key, buf): (ObjectKey, BytesMut)| {
+                let direct = direct.clone();
+                async move {
+                    let (buf, res) = get_one(shared, direct, key, buf).await;
+                    GetResult(buf, res)
+                }
             },
         );
         map_io(io, move |v| {
@@ -675,6 +816,7 @@ impl Storage for S3Storage {
             "payload_signed": self.shared.sign_payload,
             "checksum": if self.shared.crc32c { "crc32c" } else { "none" },
             "data_path": self.data_path,
+            "direct_credentials": self.direct.as_ref().map(DirectPath::status),
             "circuit_breaker": {
                 "state": self.breaker.name(),
                 "consecutive_failures": self.breaker.failures,
@@ -709,6 +851,168 @@ fn map_io<T: 'static, U: 'static>(io: Io<T>, f: impl FnOnce(T) -> U + 'static) -
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_credential_types::provider::{future, ProvideCredentials};
+    use aws_credential_types::Credentials;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// A credential source answering from a list (the last answer repeats): access key id and
+    /// lifetime.
+    #[derive(Debug)]
+    struct Rotating {
+        calls: Arc<AtomicUsize>,
+        answers: Vec<(&'static str, Duration)>,
+    }
+
+    impl ProvideCredentials for Rotating {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            let (id, ttl) = self.answers[n.min(self.answers.len() - 1)];
+            future::ProvideCredentials::ready(Ok(Credentials::new(
+                id,
+                "secret",
+                Some("token".into()),
+                Some(SystemTime::now() + ttl),
+                "test",
+            )))
+        }
+    }
+
+    /// A server answering every request 200 and reporting, per request, the access key id it
+    /// was signed with and whether the SDK sent it (its `user-agent`).
+    fn recording_server() -> (u16, std::sync::mpsc::Receiver<(String, bool)>) {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for conn in listener.incoming() {
+                let Ok(mut c) = conn else { break };
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") && c.read(&mut byte).unwrap_or(0) == 1 {
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).to_lowercase();
+                let header = |name: &str| {
+                    head.lines()
+                        .find_map(|l| l.strip_prefix(name).map(|v| v.trim().to_owned()))
+                };
+                let len: usize = header("content-length:")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
+                let mut body = vec![0u8; len];
+                let _ = c.read_exact(&mut body);
+                let akid = header("authorization:")
+                    .and_then(|a| {
+                        Some(a.split_once("credential=")?.1.split('/').next()?.to_owned())
+                    })
+                    .unwrap_or_default();
+                let sdk = header("user-agent:").is_some_and(|u| u.contains("aws-sdk-rust"));
+                let _ = tx.send((akid, sdk));
+                let _ = c.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+                );
+            }
+        });
+        (port, rx)
+    }
+
+    async fn put_one(st: &mut S3Storage, i: u8) -> Result<(), BackendError> {
+        let key = ObjectKey::new("m", 0, vec![i]).unwrap();
+        let mut res = match st.put(vec![(key, Bytes::from_static(b"data"))]) {
+            Io::Ready(v) => v,
+            Io::Pending(f) => f.await,
+        };
+        res.pop().unwrap()
+    }
+
+    async fn storage(port: u16, provider: Rotating) -> S3Storage {
+        let cfg = S3Config::for_endpoint(
+            &format!("http://127.0.0.1:{port}"),
+            "scripted",
+            "garage",
+            "unused",
+            "unused",
+        );
+        let provider = SharedCredentialsProvider::new(provider);
+        S3Storage::open_with(&cfg, NameFormat::default(), 0, None, Some(provider))
+            .await
+            .unwrap()
+    }
+
+    /// Temporary credentials on the direct path: refreshed in the background once within
+    /// [`REFRESH_AHEAD`] of expiry, and the next requests sign with the new ones.
+    #[test]
+    fn the_direct_path_refreshes_expiring_credentials() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (port, seen) = recording_server();
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage(
+                port,
+                Rotating {
+                    calls: calls.clone(),
+                    answers: vec![
+                        ("akidone", Duration::from_secs(120)),
+                        ("akidtwo", Duration::from_secs(3600)),
+                    ],
+                },
+            )
+            .await;
+            assert_eq!(st.details()["data_path"], "direct");
+            put_one(&mut st, 0).await.unwrap();
+            assert_eq!(seen.recv().unwrap(), ("akidone".into(), false));
+            // That request started the refresh (2 minutes left); a later one picks it up.
+            let mut fresh = false;
+            for i in 1..50 {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                put_one(&mut st, i).await.unwrap();
+                let (akid, sdk) = seen.recv().unwrap();
+                assert!(!sdk, "the direct path carries the data throughout");
+                if akid == "akidtwo" {
+                    fresh = true;
+                    break;
+                }
+                assert_eq!(akid, "akidone");
+            }
+            assert!(fresh, "the refreshed credentials were never used");
+            assert_eq!(calls.load(Ordering::SeqCst), 2, "one refresh, no more");
+            assert_eq!(st.details()["direct_credentials"]["refreshes"], 1);
+        });
+    }
+
+    /// Credentials within [`SDK_FALLBACK_WITHIN`] of expiry are not used by the direct path:
+    /// the SDK, whose identity cache handles them, carries the request.
+    #[test]
+    fn nearly_expired_credentials_send_data_through_the_sdk() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let (port, seen) = recording_server();
+            let mut st = storage(
+                port,
+                Rotating {
+                    calls: Arc::new(AtomicUsize::new(0)),
+                    answers: vec![("akidshort", Duration::from_secs(45))],
+                },
+            )
+            .await;
+            put_one(&mut st, 0).await.unwrap();
+            let (_, sdk) = seen.recv().unwrap();
+            assert!(
+                sdk,
+                "a request signed with credentials about to expire went direct"
+            );
+        });
+    }
 
     fn breaker(cooldown: Duration) -> Breaker {
         Breaker {
