@@ -920,6 +920,14 @@ mod tests {
         (port, rx)
     }
 
+    fn block_on<F: Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(f)
+    }
+
     async fn put_one(st: &mut S3Storage, i: u8) -> Result<(), BackendError> {
         let key = ObjectKey::new("m", 0, vec![i]).unwrap();
         let mut res = match st.put(vec![(key, Bytes::from_static(b"data"))]) {
@@ -947,11 +955,7 @@ mod tests {
     /// [`REFRESH_AHEAD`] of expiry, and the next requests sign with the new ones.
     #[test]
     fn the_direct_path_refreshes_expiring_credentials() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (port, seen) = recording_server();
             let calls = Arc::new(AtomicUsize::new(0));
             let mut st = storage(
@@ -991,11 +995,7 @@ mod tests {
     /// the SDK, whose identity cache handles them, carries the request.
     #[test]
     fn nearly_expired_credentials_send_data_through_the_sdk() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async {
+        block_on(async {
             let (port, seen) = recording_server();
             let mut st = storage(
                 port,
