@@ -267,7 +267,9 @@ impl Direct {
         if n >= MAX_ATTEMPTS {
             return ControlFlow::Break(Err(err));
         }
-        tokio::time::sleep(backoff(n)).await;
+        let wait = backoff(n);
+        tracing::debug!(op, attempt = n, error = %err, wait_ms = wait.as_millis() as u64, "s3: retrying");
+        tokio::time::sleep(wait).await;
         ControlFlow::Continue(())
     }
 
