@@ -24,6 +24,7 @@ use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
 
 use aws_credential_types::Credentials;
+use aws_sdk_s3::error::DisplayErrorContext;
 use aws_sigv4::http_request::{
     sign, PayloadChecksumKind, PercentEncodingMode, SignableBody, SignableRequest, SigningSettings,
     UriPathNormalizationMode,
@@ -300,7 +301,7 @@ impl Direct {
         self.client.request(req).await.map_err(|e| {
             Failure::Retry(BackendError::Connection {
                 op,
-                message: error_chain(&e),
+                message: DisplayErrorContext(&e).to_string(),
             })
         })
     }
@@ -354,79 +355,90 @@ impl Direct {
         } else {
             Vec::new()
         };
-        let len = buf.len();
-        let buf = &mut buf[..];
         // Not [`Direct::retrying`]: each attempt borrows the buffer mutably, in turn.
         for n in 1.. {
-            let attempt = async {
-                let req = self
-                    .request("get", http::Method::GET, &url, &headers, None)
-                    .map_err(Failure::Final)?;
-                let resp = self.send("get", req).await?;
-                match resp.status().as_u16() {
-                    200..=299 => {}
-                    404 => {
-                        // Read the small error body, so the connection can be reused.
-                        read_capped(resp.into_body(), ERROR_BODY_MAX).await;
-                        return Ok(Fetched::Absent);
-                    }
-                    _ => return Err(status_failure("get", resp).await),
-                }
-                if content_length(&resp) != Some(len as u64) {
-                    let actual = content_length(&resp).unwrap_or(0);
-                    return Ok(Fetched::SizeMismatch { actual });
-                }
-                let expected_crc = if self.crc32c {
-                    resp.headers()
-                        .get("x-amz-checksum-crc32c")
-                        .and_then(|v| v.to_str().ok())
-                        .map(str::to_owned)
-                } else {
-                    None
-                };
-                let mut body = resp.into_body();
-                let mut off = 0usize;
-                while let Some(frame) = body.frame().await {
-                    let frame = frame.map_err(|e| {
-                        Failure::Retry(BackendError::Connection {
-                            op: "get",
-                            message: format!("reading the body: {}", error_chain(&e)),
-                        })
-                    })?;
-                    let Ok(chunk) = frame.into_data() else {
-                        continue;
-                    };
-                    let end = off + chunk.len();
-                    if end > len {
-                        // More than declared: a miss, never a partial copy.
-                        return Ok(Fetched::SizeMismatch { actual: end as u64 });
-                    }
-                    buf[off..end].copy_from_slice(&chunk);
-                    off = end;
-                }
-                if off != len {
-                    return Ok(Fetched::SizeMismatch { actual: off as u64 });
-                }
-                // A multipart object's checksum is composite (`…-N`): not comparable here.
-                if let Some(want) = expected_crc.filter(|c| !c.contains('-')) {
-                    let got = crc32c_header(&buf[..]);
-                    if got != want {
-                        return Err(Failure::Retry(BackendError::Io {
-                            op: "get",
-                            message: format!(
-                                "CRC32C mismatch: the store declared {want}, the body has {got}"
-                            ),
-                        }));
-                    }
-                }
-                Ok(Fetched::Hit)
-            };
+            let attempt = self.get_attempt(&url, &headers, &mut buf[..]);
             let outcome = tokio::time::timeout(self.attempt_timeout, attempt).await;
             if let ControlFlow::Break(r) = self.settle("get", n, outcome).await {
                 return r;
             }
         }
         unreachable!("settle ends the loop by MAX_ATTEMPTS")
+    }
+
+    /// One GET attempt into `buf`, body included.
+    async fn get_attempt(
+        &self,
+        url: &str,
+        headers: &[(&'static str, String)],
+        buf: &mut [u8],
+    ) -> Result<Fetched, Failure> {
+        let req = self
+            .request("get", http::Method::GET, url, headers, None)
+            .map_err(Failure::Final)?;
+        let resp = self.send("get", req).await?;
+        match resp.status().as_u16() {
+            200..=299 => {}
+            404 => {
+                // Read the small error body, so the connection can be reused.
+                read_capped(resp.into_body(), ERROR_BODY_MAX).await;
+                return Ok(Fetched::Absent);
+            }
+            _ => return Err(status_failure("get", resp).await),
+        }
+        let len = buf.len();
+        match content_length(&resp) {
+            Some(declared) if declared == len as u64 => {}
+            declared => {
+                return Ok(Fetched::SizeMismatch {
+                    actual: declared.unwrap_or(0),
+                })
+            }
+        }
+        let expected_crc = if self.crc32c {
+            resp.headers()
+                .get("x-amz-checksum-crc32c")
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_owned)
+        } else {
+            None
+        };
+        let mut body = resp.into_body();
+        let mut off = 0usize;
+        while let Some(frame) = body.frame().await {
+            let frame = frame.map_err(|e| {
+                Failure::Retry(BackendError::Connection {
+                    op: "get",
+                    message: format!("reading the body: {}", DisplayErrorContext(&e)),
+                })
+            })?;
+            let Ok(chunk) = frame.into_data() else {
+                continue;
+            };
+            let end = off + chunk.len();
+            if end > len {
+                // More than declared: a miss, never a partial copy.
+                return Ok(Fetched::SizeMismatch { actual: end as u64 });
+            }
+            buf[off..end].copy_from_slice(&chunk);
+            off = end;
+        }
+        if off != len {
+            return Ok(Fetched::SizeMismatch { actual: off as u64 });
+        }
+        // A multipart object's checksum is composite (`…-N`): not comparable here.
+        if let Some(want) = expected_crc.filter(|c| !c.contains('-')) {
+            let got = crc32c_header(buf);
+            if got != want {
+                return Err(Failure::Retry(BackendError::Io {
+                    op: "get",
+                    message: format!(
+                        "CRC32C mismatch: the store declared {want}, the body has {got}"
+                    ),
+                }));
+            }
+        }
+        Ok(Fetched::Hit)
     }
 }
 
@@ -449,18 +461,6 @@ fn content_length<B>(resp: &http::Response<B>) -> Option<u64> {
 fn crc32c_header(data: &[u8]) -> String {
     let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32;
     base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
-}
-
-/// An error and its sources, `: `-joined.
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut s = e.to_string();
-    let mut src = e.source();
-    while let Some(inner) = src {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
-        src = inner.source();
-    }
-    s
 }
 
 /// Up to about `cap` bytes of a body (all of a short error body, which lets hyper reuse the

@@ -259,10 +259,16 @@ pub struct S3Storage {
     endpoint: ResolvedEndpoint,
     region: String,
     in_flight_bound: usize,
-    /// Which client carries the data, and why (for status).
-    data_path: String,
-    /// The direct data path, when it applies; the SDK otherwise.
-    direct: Option<DirectPath>,
+    /// The direct data path, or why the SDK carries the data instead.
+    direct: Result<DirectPath, String>,
+}
+
+/// `"direct"`, or `"sdk: <why>"` (for status and the log).
+fn data_path_name(direct: &Result<DirectPath, String>) -> String {
+    match direct {
+        Ok(_) => "direct".to_owned(),
+        Err(why) => format!("sdk: {why}"),
+    }
 }
 
 fn classify<E>(
@@ -339,11 +345,7 @@ impl S3Storage {
             })
             .await
             .map_err(|e| BackendError::io("open", e))??;
-        let data_path = match &direct {
-            Ok(_) => "direct".to_owned(),
-            Err(why) => format!("sdk: {why}"),
-        };
-        tracing::info!(data_path = %data_path, "s3 adapter: data requests");
+        tracing::info!(data_path = %data_path_name(&direct), "s3 adapter: data requests");
         Ok(Self {
             shared: Arc::new(Shared {
                 client,
@@ -367,15 +369,14 @@ impl S3Storage {
             endpoint,
             region: cfg.s3_region.clone(),
             in_flight_bound: cfg.s3_num_io_threads,
-            data_path,
-            direct: direct.ok(),
+            direct,
         })
     }
 
     /// The direct path's signer for the next data requests, or `None` for the SDK path.
     fn signer(&mut self) -> Option<Arc<Direct>> {
         let runtime = self.handle.clone();
-        self.direct.as_mut()?.signer(&runtime)
+        self.direct.as_mut().ok()?.signer(&runtime)
     }
 
     /// The bucket requests go to.
@@ -815,8 +816,8 @@ impl Storage for S3Storage {
             "in_flight_bound": self.in_flight_bound,
             "payload_signed": self.shared.sign_payload,
             "checksum": if self.shared.crc32c { "crc32c" } else { "none" },
-            "data_path": self.data_path,
-            "direct_credentials": self.direct.as_ref().map(DirectPath::status),
+            "data_path": data_path_name(&self.direct),
+            "direct_credentials": self.direct.as_ref().ok().map(DirectPath::status),
             "circuit_breaker": {
                 "state": self.breaker.name(),
                 "consecutive_failures": self.breaker.failures,
