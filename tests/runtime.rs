@@ -2,6 +2,7 @@
 
 mod support;
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use bytes::BytesMut;
@@ -63,7 +64,7 @@ async fn submitted_operations_complete_on_the_event_channel() {
     let t2 = c
         .send(Submit(Op::Load(Load {
             keys: vec![key(1)],
-            buffers: vec![BytesMut::zeroed(32)],
+            buffers: vec![BytesMut::zeroed(32).into()],
         })))
         .await
         .unwrap();
@@ -89,7 +90,7 @@ async fn no_adapters_is_a_start_error() {
 struct GatedWrites {
     inner: kvtier::actors::backends::memory::MemoryStorage,
     gate: flume::Receiver<()>,
-    objects: std::rc::Rc<std::cell::Cell<usize>>,
+    objects: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl kvtier::actors::Storage for GatedWrites {
@@ -101,11 +102,9 @@ impl kvtier::actors::Storage for GatedWrites {
         items: Vec<(kvtier::ObjectKey, bytes::Bytes)>,
     ) -> kvtier::actors::storage::Io<Vec<Result<(), kvtier::actors::BackendError>>> {
         use kvtier::actors::storage::Io;
-        let Io::Ready(res) = self.inner.put(items) else {
-            unreachable!("memory storage completes at once")
-        };
+        let res = ready(self.inner.put(items));
         let n = self.count();
-        self.objects.set(n);
+        self.objects.store(n, SeqCst);
         let gate = self.gate.clone();
         Io::pending(async move {
             let _ = gate.recv_async().await;
@@ -114,18 +113,15 @@ impl kvtier::actors::Storage for GatedWrites {
     }
     fn head(
         &mut self,
-        keys: Vec<kvtier::ObjectKey>,
+        keys: Vec<(kvtier::ObjectKey, Option<u64>)>,
     ) -> kvtier::actors::storage::Io<Vec<Result<Option<u64>, kvtier::actors::BackendError>>> {
         self.inner.head(keys)
     }
     fn get(
         &mut self,
-        items: Vec<(kvtier::ObjectKey, BytesMut)>,
+        items: Vec<(kvtier::ObjectKey, kvtier::LoadBuf)>,
     ) -> kvtier::actors::storage::Io<
-        Vec<(
-            BytesMut,
-            Result<kvtier::actors::storage::Fetched, kvtier::actors::BackendError>,
-        )>,
+        Vec<Result<kvtier::actors::storage::Fetched, kvtier::actors::BackendError>>,
     > {
         self.inner.get(items)
     }
@@ -137,7 +133,7 @@ impl kvtier::actors::Storage for GatedWrites {
     > {
         let r = self.inner.remove(keys);
         let n = self.count();
-        self.objects.set(n);
+        self.objects.store(n, SeqCst);
         r
     }
     fn list(
@@ -155,12 +151,22 @@ impl kvtier::actors::Storage for GatedWrites {
 
 impl GatedWrites {
     fn count(&mut self) -> usize {
-        use kvtier::actors::storage::{Io, Storage};
-        match Storage::list(&mut self.inner, None, None, usize::MAX) {
-            Io::Ready(Ok(page)) => page.entries.len(),
-            _ => unreachable!("memory storage lists at once"),
-        }
+        use kvtier::actors::storage::Storage;
+        ready(Storage::list(&mut self.inner, None, None, usize::MAX))
+            .unwrap()
+            .entries
+            .len()
     }
+}
+
+/// The value of an `Io` that completed at once (memory storage always does).
+fn ready<T: 'static>(io: kvtier::actors::storage::Io<T>) -> T {
+    use futures_util::FutureExt;
+    assert!(io.is_ready(), "memory storage completes at once");
+    let mut unused = ();
+    io.resolve(&mut unused)
+        .now_or_never()
+        .expect("a ready Io resolves at once")
 }
 
 /// A delete (or an eviction) of a key whose write is still in flight is skipped: otherwise the
@@ -171,20 +177,22 @@ async fn deletes_skip_keys_being_written() {
     use actix::Actor;
     use kvtier::actors::{BackendActor, Delete, Evict, GetUsage};
     let (open, gate) = flume::unbounded();
-    let objects = std::rc::Rc::new(std::cell::Cell::new(0));
+    let objects = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let storage = GatedWrites {
         inner: kvtier::actors::backends::memory::MemoryStorage::new(Default::default()),
         gate,
         objects: objects.clone(),
     };
-    let actor = BackendActor::new(0, storage, 0, Vec::new()).start();
+    let actor = BackendActor::new(0, Box::new(storage), 0, Vec::new()).start();
     let store = actor.send(Store {
         keys: vec![key(1)],
         objects: vec![payload(1, 32)],
     });
+    // `send` queues the store at once: the delete below is handled after it.
     let store = actix_rt::spawn(store);
-    actix_rt::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(objects.get(), 1, "the write reached the store");
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(usage.adapters[0].keys, 0, "the write has not ended");
+    assert_eq!(objects.load(SeqCst), 1, "the write reached the store");
     let del = actor
         .send(Delete {
             keys: vec![key(1)],
@@ -204,7 +212,7 @@ async fn deletes_skip_keys_being_written() {
         .await
         .unwrap();
     assert!(evicted.is_empty(), "not evicted while written");
-    assert_eq!(objects.get(), 1);
+    assert_eq!(objects.load(SeqCst), 1);
     open.send(()).unwrap();
     assert!(store.await.unwrap().unwrap().success());
     let usage = actor.send(GetUsage).await.unwrap();
@@ -221,7 +229,7 @@ async fn deletes_skip_keys_being_written() {
         .await
         .unwrap();
     assert_eq!(del.adapters[0].1, vec![key(1)]);
-    assert_eq!(objects.get(), 0);
+    assert_eq!(objects.load(SeqCst), 0);
     let usage = actor.send(GetUsage).await.unwrap();
     assert_eq!(
         (usage.adapters[0].keys, usage.adapters[0].used_bytes),

@@ -15,6 +15,7 @@
 
 pub mod backend;
 pub mod backends;
+pub mod buffer;
 pub mod config;
 pub mod controller;
 pub mod eviction;
@@ -24,6 +25,7 @@ pub mod storage;
 pub mod worker_pool;
 
 pub use backend::BackendActor;
+pub use buffer::{HostRegion, LoadBuf, LoadTarget, StoreSource};
 pub use controller::{
     AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TaskId,
     TierEvent,
@@ -31,5 +33,5 @@ pub use controller::{
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;
-pub use storage::{BackendError, Storage};
+pub use storage::{BackendError, ErrorKind, Storage};
 pub use worker_pool::WorkerPool;
