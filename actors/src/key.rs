@@ -10,6 +10,13 @@
 //!
 //! Hugging Face bucket paths percent-encode the name ([`hf_encode`]), keeping only
 //! `A-Z a-z 0-9 _ . - ~`.
+//!
+//! Invariants:
+//! * One key, one name: [`ObjectKey::parse`] is the inverse of [`ObjectKey::object_name`] and
+//!   rejects every spelling `object_name` never writes (leading zeros in the group, an empty
+//!   salt field).
+//! * An empty cache salt is no salt: `with_salt("")` returns the unsalted key (equal, same hash,
+//!   same name), as LMCache appends `@<salt>` only for a non-empty salt.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -205,12 +212,13 @@ impl ObjectKey {
         .sealed())
     }
 
-    /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL).
+    /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL). An empty
+    /// salt means no salt: the result equals the unsalted key and has its object name.
     pub fn with_salt(self, salt: impl AsRef<str>) -> Result<Self, KeyError> {
         let salt = salt.as_ref();
         validate_salt(salt)?;
         let mut f = KeyFields::clone(&self.0);
-        f.cache_salt = Some(Arc::from(salt));
+        f.cache_salt = (!salt.is_empty()).then(|| Arc::from(salt));
         Ok(f.sealed())
     }
 
@@ -249,7 +257,7 @@ impl ObjectKey {
         &self.0.chunk_hash
     }
 
-    /// The cache salt, if any.
+    /// The cache salt, if any (never `Some("")`: an empty salt is no salt).
     pub fn cache_salt(&self) -> Option<&str> {
         self.0.cache_salt.as_deref()
     }
@@ -330,6 +338,12 @@ impl ObjectKey {
             .map_err(|_| bad("model_name or chunk_hash is empty"))?
             .with_group(group);
         if parts.len() == fixed + 1 {
+            if parts[fixed].is_empty() {
+                // One key, one name: an empty salt is no salt, written without the '@'.
+                return Err(bad(
+                    "cache_salt is empty (an unsalted name has no trailing '@')",
+                ));
+            }
             key = key
                 .with_salt(parts[fixed])
                 .map_err(|_| bad("cache_salt is not valid"))?;
@@ -536,6 +550,51 @@ mod tests {
             assert_eq!(
                 llama().with_salt(format!("a{ch}b")),
                 Err(KeyError::SaltForbiddenChar { ch })
+            );
+        }
+    }
+
+    #[test]
+    fn empty_salt_is_no_salt() {
+        use std::hash::BuildHasher;
+        let plain = llama();
+        let empty = llama().with_salt("").unwrap();
+        assert_eq!(empty, plain);
+        assert_eq!(empty.cmp(&plain), std::cmp::Ordering::Equal);
+        let h = BuildDigestHasher::default();
+        assert_eq!(h.hash_one(&empty), h.hash_one(&plain));
+        assert_eq!(empty.cache_salt(), None);
+        assert_eq!(empty.cache_salt_arc(), None);
+        assert_eq!(KeyView::from(&empty).cache_salt, None);
+        for fmt in [NameFormat::Seed, NameFormat::Grouped] {
+            assert_eq!(empty.object_name(fmt), plain.object_name(fmt));
+            assert!(!empty.object_name(fmt).ends_with('@'));
+        }
+        assert_eq!(
+            hf_encode(&empty.object_name(NameFormat::Seed)),
+            "llama%40000000ff%4000010203"
+        );
+        // A salted key salted again with "" loses its salt, as with any other new salt.
+        let salted = llama().with_salt("user-42").unwrap();
+        assert_eq!(salted.with_salt("").unwrap(), plain);
+        let mut set = KeySet::default();
+        set.insert(plain.clone());
+        assert!(set.contains(&empty));
+    }
+
+    #[test]
+    fn empty_salt_field_is_not_a_name() {
+        // `object_name` never writes a trailing '@', so parsing refuses it: one key, one name.
+        for (name, fmt) in [
+            ("llama@000000ff@00010203@", NameFormat::Seed),
+            ("llama@000000ff@0@00010203@", NameFormat::Grouped),
+        ] {
+            assert_eq!(
+                ObjectKey::parse(name, fmt).unwrap_err().to_string(),
+                format!(
+                    "object name {name:?} is not a {fmt} object name: \
+                     cache_salt is empty (an unsalted name has no trailing '@')"
+                )
             );
         }
     }
