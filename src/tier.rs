@@ -101,32 +101,40 @@ impl Tier {
                 source,
             };
             let (arbiter, handle) = match &adapter.spec {
-                AdapterSpec::Memory(_) => {
-                    spawn(index, MemoryStorage::new(format), capacity, subscribers)
-                }
+                AdapterSpec::Memory(_) => spawn(
+                    index,
+                    MemoryStorage::new(format),
+                    capacity,
+                    subscribers,
+                    format,
+                ),
                 AdapterSpec::S3(c) => spawn(
                     index,
                     S3Storage::open(c, format, capacity).await.map_err(fail)?,
                     capacity,
                     subscribers,
+                    format,
                 ),
                 AdapterSpec::HfBucket(c) => spawn(
                     index,
                     HfStorage::open(c, format, capacity).map_err(fail)?,
                     capacity,
                     subscribers,
+                    format,
                 ),
                 AdapterSpec::Fs(c) => spawn(
                     index,
                     FsStorage::open(c, format).map_err(fail)?,
                     capacity,
                     subscribers,
+                    format,
                 ),
                 AdapterSpec::FaultInject(f) => spawn(
                     index,
                     open_fault_inject(f, format, capacity).await.map_err(fail)?,
                     capacity,
                     subscribers,
+                    format,
                 ),
             };
             arbiters.push(arbiter);
@@ -270,13 +278,17 @@ fn open_boxed(
     })
 }
 
+/// Starts a backend actor over `storage`, opened with name format `format`.
 fn spawn<S: Storage + Send>(
     index: AdapterIndex,
     storage: S,
     capacity: u64,
     subscribers: Vec<actix::Recipient<UsageEvent>>,
+    format: NameFormat,
 ) -> (Arbiter, AdapterHandle) {
     let kind = storage.kind();
-    let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers).spawn();
+    let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
+        .with_name_format(format)
+        .spawn();
     (arbiter, AdapterHandle::new(index, kind, &addr))
 }

@@ -8,6 +8,10 @@
 //! operation that reached it), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state in the completion closure, on the actor's own
 //! thread, so no lock is ever needed.
+//!
+//! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
+//! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
+//! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -18,7 +22,7 @@ use actix::fut::wrap_future;
 use actix::prelude::*;
 use bytes::BytesMut;
 
-use crate::key::ObjectKey;
+use crate::key::{NameFormat, ObjectKey};
 use crate::messages::*;
 use crate::storage::{BackendError, Fetched, Io, Observed, Removed, Storage};
 
@@ -80,6 +84,8 @@ pub struct BackendActor<S: Storage> {
     /// Keys with a write in flight, and how many.
     storing: KeyMap<u32>,
     subscribers: Vec<Recipient<UsageEvent>>,
+    /// The storage's object name format (see [`BackendActor::with_name_format`]).
+    format: NameFormat,
 }
 
 impl<S: Storage> BackendActor<S> {
@@ -100,6 +106,7 @@ impl<S: Storage> BackendActor<S> {
             deleting: KeySet::default(),
             storing: KeyMap::default(),
             subscribers,
+            format: NameFormat::default(),
         }
     }
 
@@ -155,11 +162,12 @@ impl<S: Storage> BackendActor<S> {
         });
     }
 
-    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
-    /// deleted, and not being written (a delete racing a write could land before or after it
-    /// at the store, while the ledger would follow whichever reply came last).
+    /// Whether a delete or an eviction may remove `key` now: nameable, not locked, not already
+    /// being deleted, and not being written (a delete racing a write could land before or after
+    /// it at the store, while the ledger would follow whichever reply came last).
     fn removable(&self, key: &ObjectKey) -> bool {
-        !self.locks.contains_key(key)
+        self.nameable(key)
+            && !self.locks.contains_key(key)
             && !self.deleting.contains(key)
             && !self.storing.contains_key(key)
     }
@@ -379,6 +387,10 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
         let mut keys = Vec::with_capacity(msg.keys.len());
         let mut sizes = Vec::with_capacity(msg.keys.len());
         for (key, obj) in msg.keys.into_iter().zip(msg.objects) {
+            if let Err(e) = self.check_nameable(&key) {
+                outcome.failed.push(FailedKey { key, error: e });
+                continue;
+            }
             let reject = if obj.is_empty() {
                 Some("empty object (chunks must be full)")
             } else if self.deleting.contains(&key) {
@@ -422,7 +434,7 @@ impl<S: Storage> Handler<LookupAndLock> for BackendActor<S> {
         let mut probe_at = Vec::new();
         let trust = self.storage.lookups_trust_ledger();
         for (i, key) in msg.keys.iter().enumerate() {
-            if self.deleting.contains(key) {
+            if self.deleting.contains(key) || !self.nameable(key) {
                 continue;
             }
             if trust && self.ledger.sizes.get(key).is_some_and(|s| *s > 0) {
@@ -504,8 +516,10 @@ impl<S: Storage> Handler<Load> for BackendActor<S> {
         }
         let keys = msg.keys.clone();
         let items: Vec<(ObjectKey, BytesMut)> = msg.keys.into_iter().zip(msg.buffers).collect();
+        let (items, unnameable) = self.split_unnameable(items);
         let io = self.storage.get(items);
         self.respond(io, move |results, act| {
+            let results = merge_unnameable(results, unnameable);
             act.observe_health(results.iter().map(|(_, r)| r));
             let mut hits = Bitmap::zeros(keys.len());
             let mut buffers = Vec::with_capacity(keys.len());
@@ -638,4 +652,64 @@ impl<S: Storage> Handler<SubscribeUsage> for BackendActor<S> {
     fn handle(&mut self, msg: SubscribeUsage, _: &mut Context<Self>) {
         self.subscribers.push(msg.0);
     }
+}
+
+/// Keys the adapter's name format cannot name: kept away from the storage (see the module docs).
+impl<S: Storage> BackendActor<S> {
+    /// Sets the object name format of the storage (default: `seed`); keys it cannot name are
+    /// refused before any I/O. Must match the format the storage was opened with.
+    pub fn with_name_format(mut self, format: NameFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Whether the storage can name `key` in its format.
+    fn nameable(&self, key: &ObjectKey) -> bool {
+        key.check_name_format(self.format).is_ok()
+    }
+
+    /// `Ok` for a key the storage can name; otherwise the per-key error of a refused store.
+    fn check_nameable(&self, key: &ObjectKey) -> Result<(), String> {
+        key.check_name_format(self.format).map_err(|e| {
+            self.context(&BackendError::Invalid {
+                reason: e.to_string(),
+            })
+        })
+    }
+
+    /// Splits a load's items into those the storage can name and, with their positions, the
+    /// others (whose buffers go back untouched as misses, see [`merge_unnameable`]).
+    fn split_unnameable(
+        &self,
+        items: Vec<(ObjectKey, BytesMut)>,
+    ) -> (Vec<(ObjectKey, BytesMut)>, Vec<Unnameable>) {
+        if items.iter().all(|(k, _)| self.nameable(k)) {
+            return (items, Vec::new());
+        }
+        let mut named = Vec::with_capacity(items.len());
+        let mut refused = Vec::new();
+        for (i, (key, buf)) in items.into_iter().enumerate() {
+            match self.check_nameable(&key) {
+                Ok(()) => named.push((key, buf)),
+                Err(reason) => refused.push((i, buf, BackendError::Invalid { reason })),
+            }
+        }
+        (named, refused)
+    }
+}
+
+/// A load item kept from the storage: its position, its untouched buffer, and why.
+type Unnameable = (usize, BytesMut, BackendError);
+
+/// Puts the items [`BackendActor::split_unnameable`] kept from the storage back at their
+/// positions, as failed reads (misses that leave the ledger alone).
+fn merge_unnameable(
+    mut results: Vec<(BytesMut, Result<Fetched, BackendError>)>,
+    unnameable: Vec<Unnameable>,
+) -> Vec<(BytesMut, Result<Fetched, BackendError>)> {
+    // Ascending positions: each insert lands where the request had it.
+    for (i, buf, err) in unnameable {
+        results.insert(i, (buf, Err(err)));
+    }
+    results
 }

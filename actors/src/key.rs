@@ -17,6 +17,8 @@
 //!   salt field).
 //! * An empty cache salt is no salt: `with_salt("")` returns the unsalted key (equal, same hash,
 //!   same name), as LMCache appends `@<salt>` only for a non-empty salt.
+//! * The seed format has no group field, so it can name only keys of group 0; keys of another
+//!   group fail [`ObjectKey::check_name_format`] and the backends refuse them.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -56,6 +58,17 @@ pub enum KeyError {
     SaltForbiddenChar {
         /// The offending character.
         ch: char,
+    },
+    /// A key of a non-zero object group reached an adapter whose name format has no group
+    /// field: its object would be the group-0 key's object.
+    #[error(
+        "object_group_id {object_group_id} cannot be named in the seed object name format, \
+         which has no group field (keys differing only in object_group_id would share one \
+         object); set object_name_format = \"grouped\" on this adapter"
+    )]
+    GroupNeedsGroupedFormat {
+        /// The key's object group id.
+        object_group_id: u32,
     },
     /// An object name did not have the expected shape.
     #[error("object name {name:?} is not a {format} object name: {reason}")]
@@ -272,7 +285,20 @@ impl ObjectKey {
         self.0.object_group_id
     }
 
-    /// The object name in the given format.
+    /// Whether `format` can name this key: the seed format has no group field, so it names only
+    /// keys of group 0 ([`KeyError::GroupNeedsGroupedFormat`] otherwise). Backends check this
+    /// before any I/O, so two keys never share one object.
+    pub fn check_name_format(&self, format: NameFormat) -> Result<(), KeyError> {
+        match (format, self.0.object_group_id) {
+            (NameFormat::Seed, g) if g != 0 => {
+                Err(KeyError::GroupNeedsGroupedFormat { object_group_id: g })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The object name in the given format. The seed format leaves out the group id, so check
+    /// [`ObjectKey::check_name_format`] first where that matters.
     pub fn object_name(&self, format: NameFormat) -> String {
         use std::fmt::Write;
         let mut s = String::with_capacity(
@@ -597,6 +623,22 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn seed_format_names_only_group_zero() {
+        assert_eq!(llama().check_name_format(NameFormat::Seed), Ok(()));
+        assert_eq!(
+            llama().with_group(0).check_name_format(NameFormat::Seed),
+            Ok(())
+        );
+        let g = llama().with_group(3);
+        assert_eq!(g.check_name_format(NameFormat::Grouped), Ok(()));
+        let e = g.check_name_format(NameFormat::Seed).unwrap_err();
+        assert_eq!(e, KeyError::GroupNeedsGroupedFormat { object_group_id: 3 });
+        let msg = e.to_string();
+        assert!(msg.contains("object_group_id 3"), "{msg}");
+        assert!(msg.contains(r#"object_name_format = "grouped""#), "{msg}");
     }
 
     #[test]
