@@ -22,8 +22,8 @@ use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
     EvictionActor, EvictionStats, EvictionTarget, LoadBuf, LoadReport, LoadTarget, NameFormat,
-    ObjectKey, StatusReport, StopController, Storage, StoreReport, StoreSource, SubscribeEvents,
-    TierEvent, UsageEvent, UsageReport,
+    ObjectKey, Op, OpResult, StatusReport, StopController, Storage, StoreReport, StoreSource,
+    Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent, UsageReport,
 };
 
 use crate::config::{AdapterSpec, TierConfig};
@@ -118,7 +118,9 @@ impl Tier {
                     kind,
                     source,
                 })?;
-            let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers).spawn();
+            let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
+                .with_name_format(format)
+                .spawn();
             arbiters.push(arbiter);
             handles.push(AdapterHandle::new(index, kind, addr));
         }
@@ -149,11 +151,24 @@ impl Tier {
         &self.evictor
     }
 
-    /// A new channel receiving usage events and completions of submitted operations.
+    /// A new channel receiving usage events and completion notices of submitted operations
+    /// (results are taken with [`Tier::take_result`]).
     pub fn events(&self) -> flume::Receiver<TierEvent> {
         let (tx, rx) = flume::unbounded();
         self.controller.do_send(SubscribeEvents(tx));
         rx
+    }
+
+    /// Starts an operation without waiting for it; its result waits for [`Tier::take_result`],
+    /// and every event channel gets `TierEvent::Completed { task }` when it is there.
+    pub async fn submit(&self, op: Op) -> Result<TaskId, TierError> {
+        Ok(self.controller.send(Submit(op)).await?)
+    }
+
+    /// The result of a submitted operation, exactly once (`None` before it finished, after it
+    /// was taken, or when it was dropped unclaimed).
+    pub async fn take_result(&self, task: TaskId) -> Result<Option<OpResult>, TierError> {
+        Ok(self.controller.send(TakeResult(task)).await?)
     }
 
     /// Stores objects on every adapter.

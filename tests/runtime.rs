@@ -6,32 +6,48 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use kvtier::actors::{Load, LookupAndLock, Op, OpResult, Store, Submit, TierEvent};
+use kvtier::actors::{Load, LookupAndLock, Op, OpResult, Store, Submit, TakeResult, TierEvent};
 use kvtier::{AdapterConfig, Tier, TierConfig};
 use support::{key, payload};
 
-/// Waits without blocking the arbiter (the controller runs on the test's thread).
-async fn completed(rx: &flume::Receiver<TierEvent>) -> (u64, OpResult) {
+/// The next completion notice on `rx`, skipping usage events. Waits without blocking the
+/// arbiter (the controller runs on the test's thread).
+async fn completed(rx: &flume::Receiver<TierEvent>) -> u64 {
     loop {
         let ev = actix_rt::time::timeout(Duration::from_secs(5), rx.recv_async())
             .await
             .expect("an event within 5 s")
             .expect("channel open");
         match ev {
-            TierEvent::Completed { task, result } => return (task, result),
+            TierEvent::Completed { task } => return task,
             TierEvent::Usage(_) => continue,
         }
     }
 }
 
-#[actix_rt::test]
-async fn submitted_operations_complete_on_the_event_channel() {
-    let tier = Tier::start(&TierConfig {
+async fn memory_tier() -> Tier {
+    Tier::start(&TierConfig {
         adapters: vec![AdapterConfig::memory()],
         ..Default::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Takes the result of `task`, which must be there, and checks a second take gives nothing.
+async fn take_once(tier: &Tier, task: u64) -> OpResult {
+    let c = tier.controller();
+    let result = c.send(TakeResult(task)).await.unwrap().expect("a result");
+    assert!(
+        c.send(TakeResult(task)).await.unwrap().is_none(),
+        "taken once"
+    );
+    result
+}
+
+#[actix_rt::test]
+async fn submitted_operations_are_announced_and_taken_by_id() {
+    let tier = memory_tier().await;
     let rx = tier.events();
     let c = tier.controller();
     let t0 = c
@@ -41,9 +57,8 @@ async fn submitted_operations_complete_on_the_event_channel() {
         })))
         .await
         .unwrap();
-    let (task, result) = completed(&rx).await;
-    assert_eq!(task, t0);
-    match result {
+    assert_eq!(completed(&rx).await, t0);
+    match take_once(&tier, t0).await {
         OpResult::Store(r) => assert_eq!(r.adapters[0].1.new_bytes, 32),
         other => panic!("{other:?}"),
     }
@@ -54,28 +69,87 @@ async fn submitted_operations_complete_on_the_event_channel() {
         .await
         .unwrap();
     assert_ne!(t1, t0);
-    match completed(&rx).await {
-        (t, OpResult::LookupAndLock(bits)) => {
-            assert_eq!(t, t1);
-            assert_eq!(format!("{bits}"), "10");
-        }
+    assert_eq!(completed(&rx).await, t1);
+    match take_once(&tier, t1).await {
+        OpResult::LookupAndLock(bits) => assert_eq!(format!("{bits}"), "10"),
         other => panic!("{other:?}"),
     }
-    let t2 = c
-        .send(Submit(Op::Load(Load {
+    // Through the facade; the load's buffer comes back with the result.
+    let t2 = tier
+        .submit(Op::Load(Load {
             keys: vec![key(1)],
             buffers: vec![BytesMut::zeroed(32).into()],
-        })))
+        }))
         .await
         .unwrap();
-    match completed(&rx).await {
-        (t, OpResult::Load(r)) => {
-            assert_eq!(t, t2);
+    assert_eq!(completed(&rx).await, t2);
+    match tier.take_result(t2).await.unwrap() {
+        Some(OpResult::Load(r)) => {
             assert!(r.hits.all());
             assert_eq!(&r.buffers[0][..], &payload(1, 32)[..]);
         }
         other => panic!("{other:?}"),
     }
+    assert!(tier.take_result(t2).await.unwrap().is_none());
+    assert!(tier.take_result(999).await.unwrap().is_none(), "unknown id");
+    tier.shutdown();
+}
+
+/// A monitoring channel registered before the host's, or after it, or one that went away,
+/// never takes the host's result: every live channel hears of every completion, and the
+/// result is fetched by its task id exactly once.
+#[actix_rt::test]
+async fn listeners_never_steal_submit_results() {
+    for host_first in [false, true] {
+        let tier = memory_tier().await;
+        let gone = tier.events();
+        let (host, monitor) = if host_first {
+            let h = tier.events();
+            (h, tier.events())
+        } else {
+            let m = tier.events();
+            (tier.events(), m)
+        };
+        drop(gone);
+        let task = tier
+            .submit(Op::Store(Store {
+                keys: vec![key(1)],
+                objects: vec![payload(1, 16)],
+            }))
+            .await
+            .unwrap();
+        assert_eq!(completed(&monitor).await, task, "host_first={host_first}");
+        assert_eq!(completed(&host).await, task, "host_first={host_first}");
+        match take_once(&tier, task).await {
+            OpResult::Store(r) => assert!(r.success(), "{r:?}"),
+            other => panic!("{other:?}"),
+        }
+        tier.shutdown();
+    }
+}
+
+/// With no channel at all, the result still waits for its taker: a later request to the
+/// controller is answered after the completion (both run on the controller's mailbox).
+#[actix_rt::test]
+async fn results_wait_without_listeners() {
+    let tier = memory_tier().await;
+    let task = tier
+        .submit(Op::LookupAndLock(LookupAndLock { keys: vec![key(5)] }))
+        .await
+        .unwrap();
+    // The lookup runs on the backend's arbiter: wait for its completion notice on a channel
+    // registered after the submit (notices are sent to the channels live at completion).
+    let late = tier.events();
+    let mut result = tier.take_result(task).await.unwrap();
+    if result.is_none() {
+        assert_eq!(completed(&late).await, task);
+        result = tier.take_result(task).await.unwrap();
+    }
+    match result {
+        Some(OpResult::LookupAndLock(bits)) => assert_eq!(format!("{bits}"), "0"),
+        other => panic!("{other:?}"),
+    }
+    assert!(tier.take_result(task).await.unwrap().is_none());
     tier.shutdown();
 }
 

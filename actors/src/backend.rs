@@ -13,6 +13,10 @@
 //! The ledger here is the only record of usage in the runtime: events carry its total, and the
 //! eviction actor reads usage from them (it keeps recency only). Load buffers are lent to the
 //! storage ([`crate::buffer::lend`]) and the reply is sent only once every one is back.
+//!
+//! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
+//! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
+//! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
@@ -21,8 +25,8 @@ use std::sync::Arc;
 use actix::fut::wrap_future;
 use actix::prelude::*;
 
-use crate::buffer::{lend, Homecoming};
-use crate::key::{KeyMap, KeySet, ObjectKey};
+use crate::buffer::{lend, Homecoming, LoadBuf};
+use crate::key::{KeyMap, KeySet, NameFormat, ObjectKey};
 use crate::messages::*;
 use crate::storage::{BackendError, ErrorKind, Fetched, Io, IoFuture, IoState, Removed, Storage};
 
@@ -84,6 +88,8 @@ pub struct BackendActor {
     /// Keys with a write in flight, and how many.
     storing: KeyMap<u32>,
     subscribers: Vec<Recipient<UsageEvent>>,
+    /// The storage's object name format (see [`BackendActor::with_name_format`]).
+    format: NameFormat,
 }
 
 impl BackendActor {
@@ -104,6 +110,7 @@ impl BackendActor {
             deleting: KeySet::default(),
             storing: KeyMap::default(),
             subscribers,
+            format: NameFormat::default(),
         }
     }
 
@@ -157,11 +164,12 @@ impl BackendActor {
         }
     }
 
-    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
-    /// deleted, and not being written (a delete racing a write could land before or after it
-    /// at the store, while the ledger would follow whichever reply came last).
+    /// Whether a delete or an eviction may remove `key` now: nameable, not locked, not already
+    /// being deleted, and not being written (a delete racing a write could land before or after
+    /// it at the store, while the ledger would follow whichever reply came last).
     fn removable(&self, key: &ObjectKey) -> bool {
-        !self.locks.contains_key(key)
+        self.nameable(key)
+            && !self.locks.contains_key(key)
             && !self.deleting.contains(key)
             && !self.storing.contains_key(key)
     }
@@ -386,6 +394,14 @@ impl Handler<Store> for BackendActor {
         let mut keys = Vec::with_capacity(msg.keys.len());
         let mut sizes = Vec::with_capacity(msg.keys.len());
         for (key, obj) in msg.keys.into_iter().zip(msg.objects) {
+            if let Err(e) = self.check_nameable(&key) {
+                outcome.failed.push(FailedKey {
+                    key,
+                    kind: ErrorKind::Invalid,
+                    error: e,
+                });
+                continue;
+            }
             let reject = if obj.is_empty() {
                 Some("empty object (chunks must be full)")
             } else if self.deleting.contains(&key) {
@@ -429,7 +445,7 @@ impl Handler<LookupAndLock> for BackendActor {
         let mut probe = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
         for (i, key) in msg.keys.into_iter().enumerate() {
-            if self.deleting.contains(&key) {
+            if self.deleting.contains(&key) || !self.nameable(&key) {
                 continue;
             }
             let known = self.ledger.sizes.get(&key).copied();
@@ -547,7 +563,12 @@ impl Handler<Load> for BackendActor {
         }
         let (lent, home) = lend(msg.buffers);
         let keys = msg.keys.clone();
-        let io = self.storage.get(msg.keys.into_iter().zip(lent).collect());
+        let items: Vec<(ObjectKey, LoadBuf)> = msg.keys.into_iter().zip(lent).collect();
+        let (items, unnameable) = self.split_unnameable(items);
+        let io = self
+            .storage
+            .get(items)
+            .map(move |results| merge_unnameable(results, unnameable));
         match self.now_or_later(io) {
             Ok(results) => reply_when_home(self.finish_load(keys, results), home),
             Err(fut) => ActorResponse::r#async(Box::pin(
@@ -664,4 +685,62 @@ impl Handler<SubscribeUsage> for BackendActor {
     fn handle(&mut self, msg: SubscribeUsage, _: &mut Context<Self>) {
         self.subscribers.push(msg.0);
     }
+}
+
+/// Keys the adapter's name format cannot name: kept away from the storage (see the module docs).
+impl BackendActor {
+    /// Sets the object name format of the storage (default: `seed`); keys it cannot name are
+    /// refused before any I/O. Must match the format the storage was opened with.
+    pub fn with_name_format(mut self, format: NameFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Whether the storage can name `key` in its format.
+    fn nameable(&self, key: &ObjectKey) -> bool {
+        key.check_name_format(self.format).is_ok()
+    }
+
+    /// `Ok` for a key the storage can name; otherwise the per-key error of a refused store.
+    fn check_nameable(&self, key: &ObjectKey) -> Result<(), String> {
+        key.check_name_format(self.format)
+            .map_err(|e| self.context(&BackendError::invalid(e.to_string())))
+    }
+
+    /// Splits a load's items into those the storage can name and, with their positions, the
+    /// others (their lent buffers are dropped here untouched, and go home; see
+    /// [`merge_unnameable`]).
+    fn split_unnameable(
+        &self,
+        items: Vec<(ObjectKey, LoadBuf)>,
+    ) -> (Vec<(ObjectKey, LoadBuf)>, Vec<Unnameable>) {
+        if items.iter().all(|(k, _)| self.nameable(k)) {
+            return (items, Vec::new());
+        }
+        let mut named = Vec::with_capacity(items.len());
+        let mut refused = Vec::new();
+        for (i, (key, buf)) in items.into_iter().enumerate() {
+            match self.check_nameable(&key) {
+                Ok(()) => named.push((key, buf)),
+                Err(reason) => refused.push((i, BackendError::invalid(reason))),
+            }
+        }
+        (named, refused)
+    }
+}
+
+/// A load item kept from the storage: its position, and why.
+type Unnameable = (usize, BackendError);
+
+/// Puts the items [`BackendActor::split_unnameable`] kept from the storage back at their
+/// positions, as failed reads (misses that leave the ledger alone).
+fn merge_unnameable(
+    mut results: Vec<Result<Fetched, BackendError>>,
+    unnameable: Vec<Unnameable>,
+) -> Vec<Result<Fetched, BackendError>> {
+    // Ascending positions: each insert lands where the request had it.
+    for (i, err) in unnameable {
+        results.insert(i, Err(err));
+    }
+    results
 }

@@ -7,6 +7,11 @@
 //! an unlock goes to that adapter. With several adapters the controller remembers which adapter
 //! holds each lock, in its own state. It also relays usage events, and completions of
 //! [`Submit`]ted operations, to hosts that prefer polling a `flume` channel.
+//!
+//! A [`Submit`]ted operation's result is kept in the controller's own state until the host
+//! takes it with [`TakeResult`], exactly once; event channels only get a
+//! [`TierEvent::Completed`] notice, so no listener can take another's result (see
+//! [`crate::task_results`] for the bound on unclaimed results).
 
 use actix::prelude::*;
 use futures_util::future::join_all;
@@ -16,6 +21,7 @@ use crate::buffer::{lend, LoadBuf};
 use crate::key::{KeyMap, ObjectKey};
 use crate::messages::*;
 use crate::storage::{BackendError, ErrorKind};
+use crate::task_results::TaskResults;
 
 /// One running backend actor, whatever its storage: its address and identity.
 #[derive(Clone)]
@@ -77,25 +83,31 @@ pub enum OpResult {
     Failed(String),
 }
 
-/// What a host's event channel receives.
-#[derive(Debug)]
+/// What a host's event channel receives. Every channel receives every event.
+#[derive(Debug, Clone)]
 pub enum TierEvent {
     /// A backend's usage event.
     Usage(UsageEvent),
-    /// A submitted operation finished.
+    /// A submitted operation finished: its result waits for [`TakeResult`]`(task)`.
     Completed {
         /// The id [`Submit`] replied with.
         task: TaskId,
-        /// Its result.
-        result: OpResult,
     },
 }
 
-/// Start an operation without waiting for it: the reply is a [`TaskId`] at once, and the result
-/// arrives later on every subscribed channel as [`TierEvent::Completed`].
+/// Start an operation without waiting for it: the reply is a [`TaskId`] at once. When the
+/// operation finishes, its result is kept for [`TakeResult`] and every subscribed channel gets
+/// [`TierEvent::Completed`] with the task id.
 #[derive(Debug, Message)]
 #[rtype(result = "TaskId")]
 pub struct Submit(pub Op);
+
+/// Take the result of a [`Submit`]ted operation: `Some` exactly once, after it finished;
+/// `None` before that, after it was taken, for an unknown id, or when it was dropped unclaimed
+/// (see [`crate::task_results`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Option<OpResult>")]
+pub struct TakeResult(pub TaskId);
 
 /// Subscribe a channel to usage events and completions.
 #[derive(Message)]
@@ -111,6 +123,8 @@ pub struct Controller {
     /// Whether the backends have been asked for usage events.
     subscribed: bool,
     next_task: TaskId,
+    /// Results of submitted operations, until taken.
+    results: TaskResults,
 }
 
 impl Controller {
@@ -122,6 +136,7 @@ impl Controller {
             listeners: Vec::new(),
             subscribed: false,
             next_task: 0,
+            results: TaskResults::default(),
         }
     }
 
@@ -513,22 +528,18 @@ impl Handler<Submit> for Controller {
             res.unwrap_or_else(|e| OpResult::Failed(e.to_string()))
         };
         ctx.spawn(run.into_actor(self).map(move |result, act, _| {
-            let mut result = Some(result);
-            // Completions go to the first live listener (they own buffers and cannot be cloned).
-            while let Some(l) = act.listeners.first() {
-                match l.send(TierEvent::Completed {
-                    task,
-                    result: result.take().expect("result sent once"),
-                }) {
-                    Ok(()) => return,
-                    Err(flume::SendError(TierEvent::Completed { result: r, .. })) => {
-                        result = Some(r);
-                        act.listeners.remove(0);
-                    }
-                    Err(_) => return,
-                }
-            }
+            // The result is kept for its taker; listeners only hear that it is there.
+            act.results.insert(task, result);
+            act.emit(|| TierEvent::Completed { task });
         }));
         MessageResult(task)
+    }
+}
+
+impl Handler<TakeResult> for Controller {
+    type Result = MessageResult<TakeResult>;
+
+    fn handle(&mut self, msg: TakeResult, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.results.take(msg.0))
     }
 }

@@ -22,13 +22,14 @@ pub mod eviction;
 pub mod key;
 pub mod messages;
 pub mod storage;
+pub mod task_results;
 pub mod worker_pool;
 
 pub use backend::BackendActor;
 pub use buffer::{HostRegion, LoadBuf, LoadTarget, StoreSource};
 pub use controller::{
-    AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TaskId,
-    TierEvent,
+    AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TakeResult,
+    TaskId, TierEvent,
 };
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
