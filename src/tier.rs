@@ -275,13 +275,16 @@ impl Tier {
     }
 }
 
+/// A storage being opened.
+type Opening<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Storage>, BackendError>> + 'a>>;
+
 /// Opens any adapter's storage (a `fault_inject` wraps its inner store, opened the same way
 /// with the outer adapter's name format and capacity).
 fn open_storage<'a>(
     spec: &'a AdapterSpec,
     format: NameFormat,
     capacity: u64,
-) -> Pin<Box<dyn Future<Output = Result<Box<dyn Storage>, BackendError>> + 'a>> {
+) -> Opening<'a> {
     Box::pin(async move {
         Ok(match spec {
             AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as Box<dyn Storage>,

@@ -193,7 +193,7 @@ impl LoadReport {
         let buffers = self
             .buffers
             .into_iter()
-            .map(|b| b.downcast::<T>().ok().expect("checked"))
+            .map(|b| b.downcast::<T>().expect("checked"))
             .collect();
         Ok((self.hits, buffers))
     }
