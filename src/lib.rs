@@ -30,8 +30,6 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod cli;
 pub mod config;
 pub mod logging;
 pub mod tier;

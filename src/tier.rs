@@ -14,8 +14,10 @@ use actix::prelude::*;
 use bytes::{Bytes, BytesMut};
 use kvtier_actors::backends::fault_inject::FaultInjectStorage;
 use kvtier_actors::backends::fs::FsStorage;
+#[cfg(feature = "hfbucket")]
 use kvtier_actors::backends::hfbucket::HfStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
+#[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::config::EvictionPolicy;
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
@@ -104,12 +106,14 @@ impl Tier {
                 AdapterSpec::Memory(_) => {
                     spawn(index, MemoryStorage::new(format), capacity, subscribers)
                 }
+                #[cfg(feature = "s3")]
                 AdapterSpec::S3(c) => spawn(
                     index,
                     S3Storage::open(c, format, capacity).await.map_err(fail)?,
                     capacity,
                     subscribers,
                 ),
+                #[cfg(feature = "hfbucket")]
                 AdapterSpec::HfBucket(c) => spawn(
                     index,
                     HfStorage::open(c, format, capacity).map_err(fail)?,
@@ -263,7 +267,9 @@ fn open_boxed(
         Ok(match spec {
             AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as BoxedStorage,
             AdapterSpec::Fs(c) => Box::new(FsStorage::open(c, format)?),
+            #[cfg(feature = "s3")]
             AdapterSpec::S3(c) => Box::new(S3Storage::open(c, format, capacity).await?),
+            #[cfg(feature = "hfbucket")]
             AdapterSpec::HfBucket(c) => Box::new(HfStorage::open(c, format, capacity)?),
             AdapterSpec::FaultInject(f) => Box::new(open_fault_inject(f, format, capacity).await?),
         })
