@@ -4,9 +4,9 @@
 //! Run: `cargo run --example embed` (uses a temporary directory), or pass a directory:
 //! `cargo run --example embed -- /var/cache/kvtier`.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kvtier::actors::{Delete, GetUsage, Load, LookupAndLock, Store, Unlock};
-use kvtier::{AdapterConfig, ObjectKey, Tier, TierConfig};
+use kvtier::{AdapterConfig, LoadBuf, ObjectKey, Tier, TierConfig};
 
 #[actix::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -49,7 +49,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
     println!("lookup_and_lock: {hits}");
 
-    let buffers = keys.iter().map(|_| BytesMut::zeroed(chunk)).collect();
+    let buffers = keys.iter().map(|_| LoadBuf::zeroed(chunk)).collect();
     let loaded = controller
         .send(Load {
             keys: keys.clone(),

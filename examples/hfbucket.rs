@@ -11,7 +11,7 @@
 //!
 //! Against the real Hub, leave out `hf_endpoint` and `token` and export `HF_TOKEN`.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kvtier::actors::{GetStatus, Load, LookupAndLock, Store, Unlock};
 use kvtier::config::parse_adapter_json;
 use kvtier::{ObjectKey, Tier, TierConfig};
@@ -43,7 +43,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hits = controller
         .send(LookupAndLock { keys: keys.clone() })
         .await?;
-    let buffers = keys.iter().map(|_| BytesMut::zeroed(chunk)).collect();
+    let buffers = keys
+        .iter()
+        .map(|_| kvtier::LoadBuf::zeroed(chunk))
+        .collect();
     let loaded = controller
         .send(Load {
             keys: keys.clone(),

@@ -10,7 +10,7 @@
 //!   cargo run --example s3
 //! ```
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kvtier::actors::{GetStatus, ListKeys, Load, LookupAndLock, Store, Unlock};
 use kvtier::config::parse_adapter_json;
 use kvtier::{ObjectKey, Tier, TierConfig};
@@ -44,7 +44,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let hits = controller
         .send(LookupAndLock { keys: keys.clone() })
         .await?;
-    let buffers = keys.iter().map(|_| BytesMut::zeroed(chunk)).collect();
+    let buffers = keys
+        .iter()
+        .map(|_| kvtier::LoadBuf::zeroed(chunk))
+        .collect();
     let loaded = controller
         .send(Load {
             keys: keys.clone(),

@@ -45,7 +45,8 @@ pub use config::{
 };
 pub use kvtier_actors as actors;
 pub use kvtier_actors::{
-    Bitmap, Delete, GetStatus, GetUsage, KeyPage, ListKeys, Load, LoadReport, LookupAndLock,
-    NameFormat, ObjectKey, Store, StoreReport, TierEvent, Unlock, UsageEvent,
+    BackendError, Bitmap, Delete, ErrorKind, GetStatus, GetUsage, HostRegion, KeyPage, ListKeys,
+    Load, LoadBuf, LoadReport, LoadTarget, LookupAndLock, NameFormat, ObjectKey, Store,
+    StoreReport, StoreSource, TierEvent, Unlock, UsageEvent,
 };
-pub use tier::{StartError, Tier};
+pub use tier::{StartError, Tier, TierError};

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::time::Duration;
 
 use actix::prelude::*;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kvtier_actors::backends::fault_inject::FaultInjectStorage;
 use kvtier_actors::backends::fs::FsStorage;
 #[cfg(feature = "hfbucket")]
@@ -19,18 +19,35 @@ use kvtier_actors::backends::hfbucket::HfStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
 #[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Storage;
-use kvtier_actors::config::EvictionPolicy;
+use kvtier_actors::buffer::{lend, lend_sources};
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
-    EvictionActor, EvictionStats, EvictionTarget, LoadReport, NameFormat, ObjectKey, StatusReport,
-    StopController, Storage, StoreReport, SubscribeEvents, TierEvent, UsageEvent, UsageReport,
+    EvictionActor, EvictionStats, EvictionTarget, LoadBuf, LoadReport, LoadTarget, NameFormat,
+    ObjectKey, Op, OpResult, StatusReport, StopController, Storage, StoreReport, StoreSource,
+    Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent, UsageReport,
 };
 
-use crate::config::{AdapterSpec, FaultInjectSpec, TierConfig};
+use crate::config::{AdapterSpec, TierConfig};
+
+/// Why a request through the [`Tier`] facade got no answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum TierError {
+    /// The runtime has been shut down (or its controller stopped): nothing will answer.
+    #[error("the kvtier runtime has stopped")]
+    Stopped,
+}
+
+impl From<MailboxError> for TierError {
+    fn from(_: MailboxError) -> Self {
+        TierError::Stopped
+    }
+}
 
 /// Why the runtime did not start.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StartError {
     /// No adapter was configured.
     #[error("no adapters configured")]
@@ -75,7 +92,7 @@ impl Tier {
             .collect();
         let targets_ids: Vec<AdapterIndex> = targets
             .iter()
-            .filter(|t| t.capacity_bytes > 0 && t.config.eviction_policy == EvictionPolicy::Lru)
+            .filter(|t| t.evicts())
             .map(|t| t.adapter)
             .collect();
         let interval = Duration::from_millis(config.eviction_interval_ms);
@@ -90,51 +107,24 @@ impl Tier {
             let capacity = adapter.common.capacity_bytes();
             let format = adapter.common.object_name_format;
             // Only adapters that can evict feed the eviction actor.
-            let evicts = targets_ids.contains(&index);
-            let subscribers = if evicts {
+            let subscribers = if targets_ids.contains(&index) {
                 vec![evictor.clone().recipient::<UsageEvent>()]
             } else {
                 Vec::new()
             };
             let kind = adapter.spec.kind();
-            let fail = |source| StartError::Adapter {
-                index,
-                kind,
-                source,
-            };
-            let (arbiter, handle) = match &adapter.spec {
-                AdapterSpec::Memory(_) => {
-                    spawn(index, MemoryStorage::new(format), capacity, subscribers)
-                }
-                #[cfg(feature = "s3")]
-                AdapterSpec::S3(c) => spawn(
+            let storage = open_storage(&adapter.spec, format, capacity)
+                .await
+                .map_err(|source| StartError::Adapter {
                     index,
-                    S3Storage::open(c, format, capacity).await.map_err(fail)?,
-                    capacity,
-                    subscribers,
-                ),
-                #[cfg(feature = "hfbucket")]
-                AdapterSpec::HfBucket(c) => spawn(
-                    index,
-                    HfStorage::open(c, format, capacity).map_err(fail)?,
-                    capacity,
-                    subscribers,
-                ),
-                AdapterSpec::Fs(c) => spawn(
-                    index,
-                    FsStorage::open(c, format).map_err(fail)?,
-                    capacity,
-                    subscribers,
-                ),
-                AdapterSpec::FaultInject(f) => spawn(
-                    index,
-                    open_fault_inject(f, format, capacity).await.map_err(fail)?,
-                    capacity,
-                    subscribers,
-                ),
-            };
+                    kind,
+                    source,
+                })?;
+            let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
+                .with_name_format(format)
+                .spawn();
             arbiters.push(arbiter);
-            handles.push(handle);
+            handles.push(AdapterHandle::new(index, kind, addr));
         }
 
         // The controller shares the caller's arbiter: host -> controller messages stay on one
@@ -143,7 +133,7 @@ impl Tier {
         for h in handles.iter().filter(|h| targets_ids.contains(&h.index)) {
             evictor.do_send(AttachBackend {
                 adapter: h.index,
-                evict: h.evict.clone(),
+                backend: h.addr.clone(),
             });
         }
         Ok(Tier {
@@ -163,11 +153,24 @@ impl Tier {
         &self.evictor
     }
 
-    /// A new channel receiving usage events and completions of submitted operations.
+    /// A new channel receiving usage events and completion notices of submitted operations
+    /// (results are taken with [`Tier::take_result`]).
     pub fn events(&self) -> flume::Receiver<TierEvent> {
         let (tx, rx) = flume::unbounded();
         self.controller.do_send(SubscribeEvents(tx));
         rx
+    }
+
+    /// Starts an operation without waiting for it; its result waits for [`Tier::take_result`],
+    /// and every event channel gets `TierEvent::Completed { task }` when it is there.
+    pub async fn submit(&self, op: Op) -> Result<TaskId, TierError> {
+        Ok(self.controller.send(Submit(op)).await?)
+    }
+
+    /// The result of a submitted operation, exactly once (`None` before it finished, after it
+    /// was taken, or when it was dropped unclaimed).
+    pub async fn take_result(&self, task: TaskId) -> Result<Option<OpResult>, TierError> {
+        Ok(self.controller.send(TakeResult(task)).await?)
     }
 
     /// Stores objects on every adapter.
@@ -175,28 +178,63 @@ impl Tier {
         &self,
         keys: Vec<ObjectKey>,
         objects: Vec<Bytes>,
-    ) -> Result<StoreReport, MailboxError> {
-        self.controller
+    ) -> Result<StoreReport, TierError> {
+        Ok(self
+            .controller
             .send(kvtier_actors::Store { keys, objects })
-            .await
+            .await?)
+    }
+
+    /// Stores objects read straight from host memory (any [`StoreSource`], e.g. a
+    /// [`HostRegion`](kvtier_actors::HostRegion) of a pinned arena), without a copy. Returns
+    /// once kvtier holds no reference to any source any more, so the host may reuse them.
+    pub async fn store_from<S: StoreSource>(
+        &self,
+        keys: Vec<ObjectKey>,
+        sources: Vec<S>,
+    ) -> Result<StoreReport, TierError> {
+        let (objects, released) = lend_sources(sources);
+        let report = self
+            .controller
+            .send(kvtier_actors::Store { keys, objects })
+            .await;
+        released.wait().await;
+        Ok(report?)
     }
 
     /// Looks up and locks keys.
-    pub async fn lookup_and_lock(&self, keys: Vec<ObjectKey>) -> Result<Bitmap, MailboxError> {
-        self.controller
+    pub async fn lookup_and_lock(&self, keys: Vec<ObjectKey>) -> Result<Bitmap, TierError> {
+        Ok(self
+            .controller
             .send(kvtier_actors::LookupAndLock { keys })
-            .await
+            .await?)
     }
 
-    /// Loads keys into the caller's buffers.
-    pub async fn load(
-        &self,
-        keys: Vec<ObjectKey>,
-        buffers: Vec<BytesMut>,
-    ) -> Result<LoadReport, MailboxError> {
-        self.controller
-            .send(kvtier_actors::Load { keys, buffers })
+    /// Loads keys into the caller's buffers (any [`LoadTarget`]: `BytesMut`, `Vec<u8>`, a
+    /// [`HostRegion`](kvtier_actors::HostRegion)), written in place. Every buffer comes back in
+    /// the report, in order, even from a stopped runtime (which misses every key); get the
+    /// original type back with [`LoadReport::into_parts`].
+    pub async fn load<B: LoadTarget>(&self, keys: Vec<ObjectKey>, buffers: Vec<B>) -> LoadReport {
+        let n = keys.len();
+        let (lent, mut home) = lend(buffers.into_iter().map(LoadBuf::new).collect());
+        let hits = match self
+            .controller
+            .send(kvtier_actors::Load {
+                keys,
+                buffers: lent,
+            })
             .await
+        {
+            Ok(r) => {
+                home.settle(r.buffers.into_iter().enumerate());
+                r.hits
+            }
+            Err(_) => Bitmap::zeros(n),
+        };
+        LoadReport {
+            hits,
+            buffers: home.collect().await,
+        }
     }
 
     /// Releases locks (fire-and-forget).
@@ -205,28 +243,29 @@ impl Tier {
     }
 
     /// Deletes keys from every adapter.
-    pub async fn delete(&self, keys: Vec<ObjectKey>) -> Result<DeleteReport, MailboxError> {
-        self.controller
+    pub async fn delete(&self, keys: Vec<ObjectKey>) -> Result<DeleteReport, TierError> {
+        Ok(self
+            .controller
             .send(kvtier_actors::Delete {
                 keys,
                 adapter: None,
             })
-            .await
+            .await?)
     }
 
     /// Usage of every adapter.
-    pub async fn usage(&self) -> Result<UsageReport, MailboxError> {
-        self.controller.send(kvtier_actors::GetUsage).await
+    pub async fn usage(&self) -> Result<UsageReport, TierError> {
+        Ok(self.controller.send(kvtier_actors::GetUsage).await?)
     }
 
     /// Status of every adapter.
-    pub async fn status(&self) -> Result<StatusReport, MailboxError> {
-        self.controller.send(kvtier_actors::GetStatus).await
+    pub async fn status(&self) -> Result<StatusReport, TierError> {
+        Ok(self.controller.send(kvtier_actors::GetStatus).await?)
     }
 
     /// Eviction counters per adapter (only adapters with an LRU policy and a capacity).
-    pub async fn eviction_stats(&self) -> Result<Vec<(AdapterIndex, EvictionStats)>, MailboxError> {
-        self.evictor.send(GetEvictionStats).await
+    pub async fn eviction_stats(&self) -> Result<Vec<(AdapterIndex, EvictionStats)>, TierError> {
+        Ok(self.evictor.send(GetEvictionStats).await?)
     }
 
     /// Stops every actor of this runtime (their arbiters finish their current work and exit).
@@ -238,51 +277,32 @@ impl Tier {
     }
 }
 
-/// Opens a `fault_inject` adapter: its inner store first (with the outer adapter's name format
-/// and capacity), then the wrapper.
-async fn open_fault_inject(
-    spec: &FaultInjectSpec,
+/// Opens any adapter's storage (a `fault_inject` wraps its inner store, opened the same way
+/// with the outer adapter's name format and capacity).
+// Without `s3` and `hfbucket`, no store reads the capacity at open.
+#[cfg_attr(
+    not(any(feature = "s3", feature = "hfbucket")),
+    allow(clippy::only_used_in_recursion)
+)]
+fn open_storage<'a>(
+    spec: &'a AdapterSpec,
     format: NameFormat,
     capacity: u64,
-) -> Result<FaultInjectStorage, BackendError> {
-    let inner = open_boxed(&spec.inner.spec, format, capacity)
-        .await
-        .map_err(|e| BackendError::Io {
-            op: "open",
-            message: format!("inner {} adapter: {e}", spec.inner.spec.kind()),
-        })?;
-    Ok(FaultInjectStorage::new(inner, &spec.faults))
-}
-
-type BoxedStorage = Box<dyn Storage + Send>;
-
-/// Opens any adapter's storage behind a box (for wrappers, whose inner type is only known at
-/// run time).
-fn open_boxed(
-    spec: &AdapterSpec,
-    format: NameFormat,
-    capacity: u64,
-) -> Pin<Box<dyn Future<Output = Result<BoxedStorage, BackendError>> + '_>> {
+) -> Pin<Box<dyn Future<Output = Result<Box<dyn Storage>, BackendError>> + 'a>> {
     Box::pin(async move {
         Ok(match spec {
-            AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as BoxedStorage,
+            AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as Box<dyn Storage>,
             AdapterSpec::Fs(c) => Box::new(FsStorage::open(c, format)?),
             #[cfg(feature = "s3")]
             AdapterSpec::S3(c) => Box::new(S3Storage::open(c, format, capacity).await?),
             #[cfg(feature = "hfbucket")]
             AdapterSpec::HfBucket(c) => Box::new(HfStorage::open(c, format, capacity)?),
-            AdapterSpec::FaultInject(f) => Box::new(open_fault_inject(f, format, capacity).await?),
+            AdapterSpec::FaultInject(f) => {
+                let inner = open_storage(&f.inner.spec, format, capacity)
+                    .await
+                    .map_err(|e| e.context(format!("inner {} adapter", f.inner.spec.kind())))?;
+                Box::new(FaultInjectStorage::new(inner, &f.faults))
+            }
         })
     })
-}
-
-fn spawn<S: Storage + Send>(
-    index: AdapterIndex,
-    storage: S,
-    capacity: u64,
-    subscribers: Vec<actix::Recipient<UsageEvent>>,
-) -> (Arbiter, AdapterHandle) {
-    let kind = storage.kind();
-    let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers).spawn();
-    (arbiter, AdapterHandle::new(index, kind, &addr))
 }

@@ -221,10 +221,7 @@ async fn survives_a_429_storm() {
         .unwrap();
     assert!(rep.success(), "{rep:?}");
     fx.hub.throttle_next(3, 0, None);
-    let loaded = tier
-        .load(vec![key(1)], vec![BytesMut::zeroed(64)])
-        .await
-        .unwrap();
+    let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
     assert!(loaded.hits.all());
     assert_eq!(&loaded.buffers[0][..], &payload(1, 64)[..]);
     tier.shutdown();
@@ -342,7 +339,7 @@ async fn loads_stream_through_xet_without_resolve() {
     fx.hub.reset_requests();
     for round in 0..2 {
         let bufs = payloads.iter().map(|p| BytesMut::zeroed(p.len())).collect();
-        let loaded = tier.load(keys.clone(), bufs).await.unwrap();
+        let loaded = tier.load(keys.clone(), bufs).await;
         assert!(loaded.hits.all(), "round {round}");
         for (b, p) in loaded.buffers.iter().zip(&payloads) {
             assert_eq!(&b[..], &p[..]);
@@ -365,8 +362,7 @@ async fn loads_stream_through_xet_without_resolve() {
     // A buffer of the wrong size is a miss and is left as it was, with no transfer.
     let loaded = tier
         .load(vec![key(0)], vec![BytesMut::from(&[7u8; 2999][..])])
-        .await
-        .unwrap();
+        .await;
     assert!(!loaded.hits.get(0));
     assert!(loaded.buffers[0].iter().all(|&b| b == 7));
     assert_eq!(load_counters(&tier).await, (13, 0, 0));
@@ -390,7 +386,7 @@ async fn loads_of_uncached_keys_ask_paths_info_once_then_use_xet() {
     bufs.push(BytesMut::zeroed(500));
     let mut with_missing = keys.clone();
     with_missing.push(key(99));
-    let loaded = tier.load(with_missing, bufs).await.unwrap();
+    let loaded = tier.load(with_missing, bufs).await;
     assert_eq!(format!("{}", loaded.hits), "11110");
     assert_eq!(&loaded.buffers[3][..], &payload(3, 500)[..]);
     assert_eq!(fx.hub.requests(Route::PathsInfo), 1, "one per batch");
@@ -417,8 +413,7 @@ async fn loads_fall_back_to_resolve_when_xet_is_unavailable() {
             keys.clone(),
             (0..3).map(|_| BytesMut::zeroed(700)).collect(),
         )
-        .await
-        .unwrap();
+        .await;
     assert!(loaded.hits.all());
     assert_eq!(&loaded.buffers[2][..], &payload(2, 700)[..]);
     assert_eq!(fx.hub.requests(Route::XetReadToken), 1);
@@ -451,8 +446,7 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
             vec![key(1), key(2)],
             vec![BytesMut::zeroed(64), BytesMut::zeroed(64)],
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(format!("{}", loaded.hits), "10");
     assert_eq!(fx.hub.requests(Route::Resolve), 1, "only the failed one");
     assert_eq!(load_counters(&tier).await, (1, 1, 1));
@@ -539,8 +533,7 @@ async fn hub_faults_leave_exact_accounting() {
             stored.clone(),
             stored.iter().map(|_| BytesMut::zeroed(333)).collect(),
         )
-        .await
-        .unwrap();
+        .await;
     assert!(loaded.hits.all());
     for (k, buf) in stored.iter().zip(&loaded.buffers) {
         let i = (100..160).find(|i| key(*i) == *k).unwrap();

@@ -326,10 +326,7 @@ async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
                             b
                         })
                         .collect();
-                    let rep = tier
-                        .load(ids.iter().map(|i| key(*i)).collect(), bufs)
-                        .await
-                        .unwrap();
+                    let rep = tier.load(ids.iter().map(|i| key(*i)).collect(), bufs).await;
                     let mut locked_misses = 0;
                     for (i, id) in ids.iter().enumerate() {
                         let buf = &rep.buffers[i];

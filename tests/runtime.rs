@@ -2,35 +2,52 @@
 
 mod support;
 
+use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;
 
 use bytes::BytesMut;
-use kvtier::actors::{Load, LookupAndLock, Op, OpResult, Store, Submit, TierEvent};
+use kvtier::actors::{Load, LookupAndLock, Op, OpResult, Store, Submit, TakeResult, TierEvent};
 use kvtier::{AdapterConfig, Tier, TierConfig};
 use support::{key, payload};
 
-/// Waits without blocking the arbiter (the controller runs on the test's thread).
-async fn completed(rx: &flume::Receiver<TierEvent>) -> (u64, OpResult) {
+/// The next completion notice on `rx`, skipping usage events. Waits without blocking the
+/// arbiter (the controller runs on the test's thread).
+async fn completed(rx: &flume::Receiver<TierEvent>) -> u64 {
     loop {
         let ev = actix_rt::time::timeout(Duration::from_secs(5), rx.recv_async())
             .await
             .expect("an event within 5 s")
             .expect("channel open");
         match ev {
-            TierEvent::Completed { task, result } => return (task, result),
+            TierEvent::Completed { task } => return task,
             TierEvent::Usage(_) => continue,
         }
     }
 }
 
-#[actix_rt::test]
-async fn submitted_operations_complete_on_the_event_channel() {
-    let tier = Tier::start(&TierConfig {
+async fn memory_tier() -> Tier {
+    Tier::start(&TierConfig {
         adapters: vec![AdapterConfig::memory()],
         ..Default::default()
     })
     .await
-    .unwrap();
+    .unwrap()
+}
+
+/// Takes the result of `task`, which must be there, and checks a second take gives nothing.
+async fn take_once(tier: &Tier, task: u64) -> OpResult {
+    let c = tier.controller();
+    let result = c.send(TakeResult(task)).await.unwrap().expect("a result");
+    assert!(
+        c.send(TakeResult(task)).await.unwrap().is_none(),
+        "taken once"
+    );
+    result
+}
+
+#[actix_rt::test]
+async fn submitted_operations_are_announced_and_taken_by_id() {
+    let tier = memory_tier().await;
     let rx = tier.events();
     let c = tier.controller();
     let t0 = c
@@ -40,9 +57,8 @@ async fn submitted_operations_complete_on_the_event_channel() {
         })))
         .await
         .unwrap();
-    let (task, result) = completed(&rx).await;
-    assert_eq!(task, t0);
-    match result {
+    assert_eq!(completed(&rx).await, t0);
+    match take_once(&tier, t0).await {
         OpResult::Store(r) => assert_eq!(r.adapters[0].1.new_bytes, 32),
         other => panic!("{other:?}"),
     }
@@ -53,28 +69,87 @@ async fn submitted_operations_complete_on_the_event_channel() {
         .await
         .unwrap();
     assert_ne!(t1, t0);
-    match completed(&rx).await {
-        (t, OpResult::LookupAndLock(bits)) => {
-            assert_eq!(t, t1);
-            assert_eq!(format!("{bits}"), "10");
-        }
+    assert_eq!(completed(&rx).await, t1);
+    match take_once(&tier, t1).await {
+        OpResult::LookupAndLock(bits) => assert_eq!(format!("{bits}"), "10"),
         other => panic!("{other:?}"),
     }
-    let t2 = c
-        .send(Submit(Op::Load(Load {
+    // Through the facade; the load's buffer comes back with the result.
+    let t2 = tier
+        .submit(Op::Load(Load {
             keys: vec![key(1)],
-            buffers: vec![BytesMut::zeroed(32)],
-        })))
+            buffers: vec![BytesMut::zeroed(32).into()],
+        }))
         .await
         .unwrap();
-    match completed(&rx).await {
-        (t, OpResult::Load(r)) => {
-            assert_eq!(t, t2);
+    assert_eq!(completed(&rx).await, t2);
+    match tier.take_result(t2).await.unwrap() {
+        Some(OpResult::Load(r)) => {
             assert!(r.hits.all());
             assert_eq!(&r.buffers[0][..], &payload(1, 32)[..]);
         }
         other => panic!("{other:?}"),
     }
+    assert!(tier.take_result(t2).await.unwrap().is_none());
+    assert!(tier.take_result(999).await.unwrap().is_none(), "unknown id");
+    tier.shutdown();
+}
+
+/// A monitoring channel registered before the host's, or after it, or one that went away,
+/// never takes the host's result: every live channel hears of every completion, and the
+/// result is fetched by its task id exactly once.
+#[actix_rt::test]
+async fn listeners_never_steal_submit_results() {
+    for host_first in [false, true] {
+        let tier = memory_tier().await;
+        let gone = tier.events();
+        let (host, monitor) = if host_first {
+            let h = tier.events();
+            (h, tier.events())
+        } else {
+            let m = tier.events();
+            (tier.events(), m)
+        };
+        drop(gone);
+        let task = tier
+            .submit(Op::Store(Store {
+                keys: vec![key(1)],
+                objects: vec![payload(1, 16)],
+            }))
+            .await
+            .unwrap();
+        assert_eq!(completed(&monitor).await, task, "host_first={host_first}");
+        assert_eq!(completed(&host).await, task, "host_first={host_first}");
+        match take_once(&tier, task).await {
+            OpResult::Store(r) => assert!(r.success(), "{r:?}"),
+            other => panic!("{other:?}"),
+        }
+        tier.shutdown();
+    }
+}
+
+/// With no channel at all, the result still waits for its taker: a later request to the
+/// controller is answered after the completion (both run on the controller's mailbox).
+#[actix_rt::test]
+async fn results_wait_without_listeners() {
+    let tier = memory_tier().await;
+    let task = tier
+        .submit(Op::LookupAndLock(LookupAndLock { keys: vec![key(5)] }))
+        .await
+        .unwrap();
+    // The lookup runs on the backend's arbiter: wait for its completion notice on a channel
+    // registered after the submit (notices are sent to the channels live at completion).
+    let late = tier.events();
+    let mut result = tier.take_result(task).await.unwrap();
+    if result.is_none() {
+        assert_eq!(completed(&late).await, task);
+        result = tier.take_result(task).await.unwrap();
+    }
+    match result {
+        Some(OpResult::LookupAndLock(bits)) => assert_eq!(format!("{bits}"), "0"),
+        other => panic!("{other:?}"),
+    }
+    assert!(tier.take_result(task).await.unwrap().is_none());
     tier.shutdown();
 }
 
@@ -89,7 +164,7 @@ async fn no_adapters_is_a_start_error() {
 struct GatedWrites {
     inner: kvtier::actors::backends::memory::MemoryStorage,
     gate: flume::Receiver<()>,
-    objects: std::rc::Rc<std::cell::Cell<usize>>,
+    objects: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl kvtier::actors::Storage for GatedWrites {
@@ -101,11 +176,9 @@ impl kvtier::actors::Storage for GatedWrites {
         items: Vec<(kvtier::ObjectKey, bytes::Bytes)>,
     ) -> kvtier::actors::storage::Io<Vec<Result<(), kvtier::actors::BackendError>>> {
         use kvtier::actors::storage::Io;
-        let Io::Ready(res) = self.inner.put(items) else {
-            unreachable!("memory storage completes at once")
-        };
+        let res = ready(self.inner.put(items));
         let n = self.count();
-        self.objects.set(n);
+        self.objects.store(n, SeqCst);
         let gate = self.gate.clone();
         Io::pending(async move {
             let _ = gate.recv_async().await;
@@ -114,18 +187,15 @@ impl kvtier::actors::Storage for GatedWrites {
     }
     fn head(
         &mut self,
-        keys: Vec<kvtier::ObjectKey>,
+        keys: Vec<(kvtier::ObjectKey, Option<u64>)>,
     ) -> kvtier::actors::storage::Io<Vec<Result<Option<u64>, kvtier::actors::BackendError>>> {
         self.inner.head(keys)
     }
     fn get(
         &mut self,
-        items: Vec<(kvtier::ObjectKey, BytesMut)>,
+        items: Vec<(kvtier::ObjectKey, kvtier::LoadBuf)>,
     ) -> kvtier::actors::storage::Io<
-        Vec<(
-            BytesMut,
-            Result<kvtier::actors::storage::Fetched, kvtier::actors::BackendError>,
-        )>,
+        Vec<Result<kvtier::actors::storage::Fetched, kvtier::actors::BackendError>>,
     > {
         self.inner.get(items)
     }
@@ -137,7 +207,7 @@ impl kvtier::actors::Storage for GatedWrites {
     > {
         let r = self.inner.remove(keys);
         let n = self.count();
-        self.objects.set(n);
+        self.objects.store(n, SeqCst);
         r
     }
     fn list(
@@ -155,12 +225,22 @@ impl kvtier::actors::Storage for GatedWrites {
 
 impl GatedWrites {
     fn count(&mut self) -> usize {
-        use kvtier::actors::storage::{Io, Storage};
-        match Storage::list(&mut self.inner, None, None, usize::MAX) {
-            Io::Ready(Ok(page)) => page.entries.len(),
-            _ => unreachable!("memory storage lists at once"),
-        }
+        use kvtier::actors::storage::Storage;
+        ready(Storage::list(&mut self.inner, None, None, usize::MAX))
+            .unwrap()
+            .entries
+            .len()
     }
+}
+
+/// The value of an `Io` that completed at once (memory storage always does).
+fn ready<T: 'static>(io: kvtier::actors::storage::Io<T>) -> T {
+    use futures_util::FutureExt;
+    assert!(io.is_ready(), "memory storage completes at once");
+    let mut unused = ();
+    io.resolve(&mut unused)
+        .now_or_never()
+        .expect("a ready Io resolves at once")
 }
 
 /// A delete (or an eviction) of a key whose write is still in flight is skipped: otherwise the
@@ -171,20 +251,22 @@ async fn deletes_skip_keys_being_written() {
     use actix::Actor;
     use kvtier::actors::{BackendActor, Delete, Evict, GetUsage};
     let (open, gate) = flume::unbounded();
-    let objects = std::rc::Rc::new(std::cell::Cell::new(0));
+    let objects = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let storage = GatedWrites {
         inner: kvtier::actors::backends::memory::MemoryStorage::new(Default::default()),
         gate,
         objects: objects.clone(),
     };
-    let actor = BackendActor::new(0, storage, 0, Vec::new()).start();
+    let actor = BackendActor::new(0, Box::new(storage), 0, Vec::new()).start();
     let store = actor.send(Store {
         keys: vec![key(1)],
         objects: vec![payload(1, 32)],
     });
+    // `send` queues the store at once: the delete below is handled after it.
     let store = actix_rt::spawn(store);
-    actix_rt::time::sleep(Duration::from_millis(20)).await;
-    assert_eq!(objects.get(), 1, "the write reached the store");
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(usage.adapters[0].keys, 0, "the write has not ended");
+    assert_eq!(objects.load(SeqCst), 1, "the write reached the store");
     let del = actor
         .send(Delete {
             keys: vec![key(1)],
@@ -204,7 +286,7 @@ async fn deletes_skip_keys_being_written() {
         .await
         .unwrap();
     assert!(evicted.is_empty(), "not evicted while written");
-    assert_eq!(objects.get(), 1);
+    assert_eq!(objects.load(SeqCst), 1);
     open.send(()).unwrap();
     assert!(store.await.unwrap().unwrap().success());
     let usage = actor.send(GetUsage).await.unwrap();
@@ -221,7 +303,7 @@ async fn deletes_skip_keys_being_written() {
         .await
         .unwrap();
     assert_eq!(del.adapters[0].1, vec![key(1)]);
-    assert_eq!(objects.get(), 0);
+    assert_eq!(objects.load(SeqCst), 0);
     let usage = actor.send(GetUsage).await.unwrap();
     assert_eq!(
         (usage.adapters[0].keys, usage.adapters[0].used_bytes),

@@ -187,8 +187,7 @@ async fn a_get_body_that_stalls_mid_stream_ends_within_the_attempt_timeout() {
         tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]),
     )
     .await
-    .expect("a stalled body must not hang the load")
-    .unwrap();
+    .expect("a stalled body must not hang the load");
     let took = t.elapsed();
     assert!(!got.hits.all(), "a stalled body is a miss");
     assert!(took < Duration::from_secs(5), "ended after {took:?}");

@@ -135,9 +135,7 @@ async fn worker(tier: Rc<Tier>, seed: u64, deadline: Instant, c: Rc<RefCell<Coun
                 let (mut missed, mut corrupt) = (0u64, 0u64);
                 if !found.is_empty() {
                     let bufs = found.iter().map(|_| BytesMut::zeroed(CHUNK)).collect();
-                    let loaded = timed("load", tier.load(found_keys.clone(), bufs))
-                        .await
-                        .unwrap();
+                    let loaded = timed("load", tier.load(found_keys.clone(), bufs)).await;
                     for (j, (&i, buf)) in found.iter().zip(&loaded.buffers).enumerate() {
                         if !loaded.hits.get(j) {
                             missed += 1;

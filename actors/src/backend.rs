@@ -1,4 +1,5 @@
-//! The backend actor: one per configured adapter, generic over its [`Storage`].
+//! The backend actor: one per configured adapter, driving its [`Storage`] (a `Box<dyn Storage>`:
+//! one virtual call per batch).
 //!
 //! It owns everything the semantics define, so every backend behaves the same way:
 //! lock reference counts, the usage ledger (total and per cache salt), the set of keys being
@@ -6,21 +7,28 @@
 //! until the deletion ends), the keys being stored (a delete or an eviction skips them until the
 //! write ends, so the two never race at the store and the ledger always follows the last
 //! operation that reached it), and the usage events it publishes. Storage I/O runs concurrently;
-//! its results are applied to the actor's state in the completion closure, on the actor's own
-//! thread, so no lock is ever needed.
+//! its results are applied to the actor's state (and, through [`Io::then`], to the storage's)
+//! in the completion closure, on the actor's own thread, so no lock is ever needed.
+//!
+//! The ledger here is the only record of usage in the runtime: events carry its total, and the
+//! eviction actor reads usage from them (it keeps recency only). Load buffers are lent to the
+//! storage ([`crate::buffer::lend`]) and the reply is sent only once every one is back.
+//!
+//! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
+//! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
+//! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
 
+use std::any::Any;
 use std::collections::{BTreeMap, HashMap};
-
-use crate::key::{KeyMap, KeySet};
 use std::sync::Arc;
 
 use actix::fut::wrap_future;
 use actix::prelude::*;
-use bytes::BytesMut;
 
-use crate::key::ObjectKey;
+use crate::buffer::{lend, Homecoming, LoadBuf};
+use crate::key::{KeyMap, KeySet, NameFormat, ObjectKey};
 use crate::messages::*;
-use crate::storage::{BackendError, Fetched, Io, Observed, Removed, Storage};
+use crate::storage::{BackendError, ErrorKind, Fetched, Io, IoFuture, IoState, Removed, Storage};
 
 /// Default page size for [`ListKeys`].
 pub const DEFAULT_PAGE_SIZE: usize = 500;
@@ -70,9 +78,9 @@ impl Ledger {
 }
 
 /// The actor for one adapter. See the module docs.
-pub struct BackendActor<S: Storage> {
+pub struct BackendActor {
     index: AdapterIndex,
-    storage: S,
+    storage: Box<dyn Storage>,
     capacity_bytes: u64,
     locks: KeyMap<u32>,
     ledger: Ledger,
@@ -80,14 +88,16 @@ pub struct BackendActor<S: Storage> {
     /// Keys with a write in flight, and how many.
     storing: KeyMap<u32>,
     subscribers: Vec<Recipient<UsageEvent>>,
+    /// The storage's object name format (see [`BackendActor::with_name_format`]).
+    format: NameFormat,
 }
 
-impl<S: Storage> BackendActor<S> {
+impl BackendActor {
     /// A backend actor for adapter `index` with `capacity_bytes` (0: usage-driven eviction off),
     /// publishing usage events to `subscribers`.
     pub fn new(
         index: AdapterIndex,
-        storage: S,
+        storage: Box<dyn Storage>,
         capacity_bytes: u64,
         subscribers: Vec<Recipient<UsageEvent>>,
     ) -> Self {
@@ -100,6 +110,7 @@ impl<S: Storage> BackendActor<S> {
             deleting: KeySet::default(),
             storing: KeyMap::default(),
             subscribers,
+            format: NameFormat::default(),
         }
     }
 
@@ -113,6 +124,7 @@ impl<S: Storage> BackendActor<S> {
         }
         let event = UsageEvent {
             adapter: self.index,
+            used_bytes: self.ledger.used,
             kind,
         };
         for s in &self.subscribers {
@@ -120,46 +132,44 @@ impl<S: Storage> BackendActor<S> {
         }
     }
 
-    /// Runs `done` on the storage result now, or on the actor when it arrives.
+    /// The storage as `Any`, for finishing its [`Io`]s.
+    fn storage_any(&mut self) -> &mut dyn Any {
+        &mut *self.storage as &mut dyn Any
+    }
+
+    /// The result now, when it is available without waiting; otherwise its future.
+    fn now_or_later<T: 'static>(&mut self, io: Io<T>) -> Result<T, IoFuture<T>> {
+        match io.0 {
+            IoState::Ready(v) => Ok(v),
+            IoState::Deferred(finish) => Ok(finish(self.storage_any())),
+            IoState::Pending(fut) => Err(fut),
+        }
+    }
+
+    /// Runs `done` on the storage result now, or on the actor when it arrives (after the
+    /// storage's own finishing step).
     fn respond<T: 'static, R: 'static>(
         &mut self,
         io: Io<T>,
         done: impl FnOnce(T, &mut Self) -> R + 'static,
     ) -> ActorResponse<Self, R> {
-        match io {
-            Io::Ready(v) => ActorResponse::reply(done(v, self)),
-            Io::Pending(fut) => ActorResponse::r#async(Box::pin(
-                wrap_future::<_, Self>(fut).map(move |v, act, _| done(v, act)),
-            )),
+        match self.now_or_later(io) {
+            Ok(v) => ActorResponse::reply(done(v, self)),
+            Err(fut) => ActorResponse::r#async(Box::pin(wrap_future::<_, Self>(fut).map(
+                move |finish, act, _| {
+                    let v = finish(act.storage_any());
+                    done(v, act)
+                },
+            ))),
         }
     }
 
-    /// Tells the storage how an operation went, for its circuit breaker.
-    fn observe_health<'a, T: 'a>(
-        &mut self,
-        results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
-    ) {
-        let (mut ok, mut connection_failures, mut refused) = (0, 0, 0);
-        for r in results {
-            match r {
-                Ok(_) => ok += 1,
-                Err(BackendError::Connection { .. }) => connection_failures += 1,
-                Err(BackendError::Unavailable { .. }) => refused += 1,
-                Err(_) => {}
-            }
-        }
-        self.storage.observe(Observed::Health {
-            ok,
-            connection_failures,
-            refused,
-        });
-    }
-
-    /// Whether a delete or an eviction may remove `key` now: not locked, not already being
-    /// deleted, and not being written (a delete racing a write could land before or after it
-    /// at the store, while the ledger would follow whichever reply came last).
+    /// Whether a delete or an eviction may remove `key` now: nameable, not locked, not already
+    /// being deleted, and not being written (a delete racing a write could land before or after
+    /// it at the store, while the ledger would follow whichever reply came last).
     fn removable(&self, key: &ObjectKey) -> bool {
-        !self.locks.contains_key(key)
+        self.nameable(key)
+            && !self.locks.contains_key(key)
             && !self.deleting.contains(key)
             && !self.storing.contains_key(key)
     }
@@ -180,7 +190,6 @@ impl<S: Storage> BackendActor<S> {
         results: Vec<Result<(), BackendError>>,
         mut outcome: StoreOutcome,
     ) -> StoreOutcome {
-        self.observe_health(&results);
         for key in &keys {
             if let Some(n) = self.storing.get_mut(key) {
                 *n -= 1;
@@ -204,12 +213,15 @@ impl<S: Storage> BackendActor<S> {
                 Err(e) => {
                     let error = self.context(&e);
                     tracing::warn!(%error, key = %key, "store failed");
-                    outcome.failed.push(FailedKey { key, error });
+                    outcome.failed.push(FailedKey {
+                        key,
+                        kind: e.kind(),
+                        error,
+                    });
                 }
             }
         }
         if !ok_keys.is_empty() {
-            self.storage.observe(Observed::Stored(&ok_keys, &ok_sizes));
             self.publish(UsageEventKind::Stored {
                 keys: ok_keys,
                 sizes: ok_sizes,
@@ -222,7 +234,7 @@ impl<S: Storage> BackendActor<S> {
     fn start_delete<R: 'static>(
         &mut self,
         keys: Vec<ObjectKey>,
-        reply: impl FnOnce(Vec<ObjectKey>) -> R + 'static,
+        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
     ) -> ActorResponse<Self, R> {
         if keys.is_empty() {
             return ActorResponse::reply(reply(Vec::new()));
@@ -240,8 +252,7 @@ impl<S: Storage> BackendActor<S> {
         &mut self,
         keys: Vec<ObjectKey>,
         results: Vec<Result<Removed, BackendError>>,
-    ) -> Vec<ObjectKey> {
-        self.observe_health(&results);
+    ) -> Vec<(ObjectKey, u64)> {
         let mut removed = Vec::new();
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
@@ -257,16 +268,16 @@ impl<S: Storage> BackendActor<S> {
                     continue;
                 }
             };
-            if let Some(size) = self.ledger.remove(&key) {
+            let size = self.ledger.remove(&key);
+            if let Some(size) = size {
                 gone.push(key.clone());
                 gone_sizes.push(size);
             }
             if ours {
-                removed.push(key);
+                removed.push((key, size.unwrap_or(0)));
             }
         }
         if !gone.is_empty() {
-            self.storage.observe(Observed::Removed(&gone));
             self.publish(UsageEventKind::Deleted {
                 keys: gone,
                 sizes: gone_sizes,
@@ -299,7 +310,7 @@ impl<S: Storage> BackendActor<S> {
     }
 }
 
-impl<S: Storage + Send> BackendActor<S> {
+impl BackendActor {
     /// Starts the actor on an arbiter (thread) of its own, so a slow store never delays another.
     /// The caller keeps the arbiter and stops it at shutdown.
     pub fn spawn(self) -> (Arbiter, Addr<Self>) {
@@ -309,7 +320,7 @@ impl<S: Storage + Send> BackendActor<S> {
     }
 }
 
-impl<S: Storage> Actor for BackendActor<S> {
+impl Actor for BackendActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
@@ -340,12 +351,13 @@ impl<S: Storage> Actor for BackendActor<S> {
                 }
                 Err(e) => tracing::warn!(error = %act.context(&e), "index recovery failed"),
             };
-        match io {
-            Io::Ready(v) => apply(v, self),
+        match self.now_or_later(io) {
+            Ok(v) => apply(v, self),
             // Hold the mailbox until the index is rebuilt, so no request sees a partial ledger.
-            Io::Pending(fut) => {
-                ctx.wait(wrap_future::<_, Self>(fut).map(move |v, act, _| apply(v, act)))
-            }
+            Err(fut) => ctx.wait(wrap_future::<_, Self>(fut).map(move |finish, act, _| {
+                let v = finish(act.storage_any());
+                apply(v, act)
+            })),
         }
     }
 
@@ -354,20 +366,23 @@ impl<S: Storage> Actor for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<Store> for BackendActor<S> {
+impl Handler<Store> for BackendActor {
     type Result = ActorResponse<Self, StoreReport>;
 
     fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
         let mut outcome = StoreOutcome::default();
         if msg.keys.len() != msg.objects.len() {
-            let error = self.context(&BackendError::Invalid {
-                reason: format!("{} keys but {} objects", msg.keys.len(), msg.objects.len()),
-            });
+            let error = self.context(&BackendError::invalid(format!(
+                "{} keys but {} objects",
+                msg.keys.len(),
+                msg.objects.len()
+            )));
             outcome.failed = msg
                 .keys
                 .into_iter()
                 .map(|key| FailedKey {
                     key,
+                    kind: ErrorKind::Invalid,
                     error: error.clone(),
                 })
                 .collect();
@@ -379,6 +394,14 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
         let mut keys = Vec::with_capacity(msg.keys.len());
         let mut sizes = Vec::with_capacity(msg.keys.len());
         for (key, obj) in msg.keys.into_iter().zip(msg.objects) {
+            if let Err(e) = self.check_nameable(&key) {
+                outcome.failed.push(FailedKey {
+                    key,
+                    kind: ErrorKind::Invalid,
+                    error: e,
+                });
+                continue;
+            }
             let reject = if obj.is_empty() {
                 Some("empty object (chunks must be full)")
             } else if self.deleting.contains(&key) {
@@ -387,10 +410,12 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
                 None
             };
             if let Some(reason) = reject {
-                let error = self.context(&BackendError::Invalid {
-                    reason: reason.into(),
+                let error = self.context(&BackendError::invalid(reason));
+                outcome.failed.push(FailedKey {
+                    key,
+                    kind: ErrorKind::Invalid,
+                    error,
                 });
-                outcome.failed.push(FailedKey { key, error });
                 continue;
             }
             keys.push(key.clone());
@@ -412,66 +437,54 @@ impl<S: Storage> Handler<Store> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<LookupAndLock> for BackendActor<S> {
+impl Handler<LookupAndLock> for BackendActor {
     type Result = ActorResponse<Self, Bitmap>;
 
     fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
-        let mut hits = Bitmap::zeros(msg.keys.len());
-        let mut accessed = Vec::new();
-        let mut probe = Vec::new();
-        let mut probe_at = Vec::new();
-        let trust = self.storage.lookups_trust_ledger();
-        for (i, key) in msg.keys.iter().enumerate() {
-            if self.deleting.contains(key) {
+        let n = msg.keys.len();
+        let mut probe = Vec::with_capacity(n);
+        let mut probe_at = Vec::with_capacity(n);
+        for (i, key) in msg.keys.into_iter().enumerate() {
+            if self.deleting.contains(&key) || !self.nameable(&key) {
                 continue;
             }
-            if trust && self.ledger.sizes.get(key).is_some_and(|s| *s > 0) {
-                hits.set(i, true);
-                self.lock(key);
-                if !self.subscribers.is_empty() {
-                    accessed.push(key.clone());
-                }
-            } else {
-                probe.push(key.clone());
-                probe_at.push(i);
-            }
+            let known = self.ledger.sizes.get(&key).copied();
+            probe.push((key, known));
+            probe_at.push(i);
         }
         if probe.is_empty() {
-            if !accessed.is_empty() {
-                self.publish(UsageEventKind::Accessed { keys: accessed });
-            }
-            return ActorResponse::reply(hits);
+            return ActorResponse::reply(Bitmap::zeros(n));
         }
-        let io = self.storage.head(probe.clone());
+        let keys: Vec<ObjectKey> = probe.iter().map(|(k, _)| k.clone()).collect();
+        let io = self.storage.head(probe);
         self.respond(io, move |results, act| {
-            act.observe_health(&results);
+            let mut hits = Bitmap::zeros(n);
             let mut found = Vec::new();
             let mut found_sizes = Vec::new();
-            let mut probed = Vec::with_capacity(probe.len());
-            for ((key, i), res) in probe.iter().zip(probe_at).zip(results) {
+            let mut accessed = Vec::new();
+            for ((key, i), res) in keys.into_iter().zip(probe_at).zip(results) {
                 let size = match res {
                     Ok(s) => s,
                     Err(e) => {
                         tracing::debug!(error = %act.context(&e), key = %key, "lookup probe failed");
-                        probed.push(None);
                         continue;
                     }
                 };
-                probed.push(size);
                 match size {
-                    Some(size) if size > 0 && !act.deleting.contains(key) => {
+                    Some(size) if size > 0 && !act.deleting.contains(&key) => {
                         hits.set(i, true);
-                        act.lock(key);
-                        if act.ledger.insert(key, size) {
+                        act.lock(&key);
+                        if act.ledger.insert(&key, size) {
                             found.push(key.clone());
                             found_sizes.push(size);
                         }
-                        accessed.push(key.clone());
+                        if !act.subscribers.is_empty() {
+                            accessed.push(key);
+                        }
                     }
                     _ => {}
                 }
             }
-            act.storage.observe(Observed::Probed(&probe, &probed));
             if !found.is_empty() {
                 act.publish(UsageEventKind::Stored {
                     keys: found,
@@ -486,7 +499,56 @@ impl<S: Storage> Handler<LookupAndLock> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<Load> for BackendActor<S> {
+impl BackendActor {
+    /// Applies a load's results: hits, and keys found absent (removed behind our back) leave
+    /// the ledger.
+    fn finish_load(
+        &mut self,
+        keys: Vec<ObjectKey>,
+        results: Vec<Result<Fetched, BackendError>>,
+    ) -> Bitmap {
+        let mut hits = Bitmap::zeros(keys.len());
+        let mut gone = Vec::new();
+        let mut gone_sizes = Vec::new();
+        for (i, (key, res)) in keys.into_iter().zip(results).enumerate() {
+            match res {
+                Ok(Fetched::Hit) => hits.set(i, true),
+                Ok(Fetched::SizeMismatch { actual }) => {
+                    tracing::debug!(adapter = self.index, key = %key, actual, "load size mismatch: miss")
+                }
+                Ok(Fetched::Absent) => {
+                    if let Some(size) = self.ledger.remove(&key) {
+                        gone.push(key);
+                        gone_sizes.push(size);
+                    }
+                }
+                Err(e) => tracing::warn!(error = %self.context(&e), key = %key, "load failed"),
+            }
+        }
+        if !gone.is_empty() {
+            self.publish(UsageEventKind::Deleted {
+                keys: gone,
+                sizes: gone_sizes,
+            });
+        }
+        hits
+    }
+}
+
+/// The reply to a load, sent once every lent buffer is home.
+fn reply_when_home(hits: Bitmap, mut home: Homecoming) -> ActorResponse<BackendActor, LoadReport> {
+    match home.try_collect() {
+        Some(buffers) => ActorResponse::reply(LoadReport { hits, buffers }),
+        None => ActorResponse::r#async(Box::pin(wrap_future::<_, BackendActor>(async move {
+            LoadReport {
+                hits,
+                buffers: home.collect().await,
+            }
+        }))),
+    }
+}
+
+impl Handler<Load> for BackendActor {
     type Result = ActorResponse<Self, LoadReport>;
 
     fn handle(&mut self, msg: Load, _: &mut Context<Self>) -> Self::Result {
@@ -497,50 +559,38 @@ impl<S: Storage> Handler<Load> for BackendActor<S> {
                 buffers = msg.buffers.len(),
                 "load with mismatched keys and buffers: every key is a miss"
             );
-            return ActorResponse::reply(LoadReport {
-                hits: Bitmap::zeros(msg.keys.len()),
-                buffers: msg.buffers,
-            });
+            return ActorResponse::reply(LoadReport::missed(msg.keys.len(), msg.buffers));
         }
+        let (lent, home) = lend(msg.buffers);
         let keys = msg.keys.clone();
-        let items: Vec<(ObjectKey, BytesMut)> = msg.keys.into_iter().zip(msg.buffers).collect();
-        let io = self.storage.get(items);
-        self.respond(io, move |results, act| {
-            act.observe_health(results.iter().map(|(_, r)| r));
-            let mut hits = Bitmap::zeros(keys.len());
-            let mut buffers = Vec::with_capacity(keys.len());
-            let mut gone = Vec::new();
-            let mut gone_sizes = Vec::new();
-            for (i, (key, (buf, res))) in keys.into_iter().zip(results).enumerate() {
-                buffers.push(buf);
-                match res {
-                    Ok(Fetched::Hit) => hits.set(i, true),
-                    Ok(Fetched::SizeMismatch { actual }) => {
-                        tracing::debug!(adapter = act.index, key = %key, actual, "load size mismatch: miss")
-                    }
-                    Ok(Fetched::Absent) => {
-                        // Removed behind our back: stop accounting for it.
-                        if let Some(size) = act.ledger.remove(&key) {
-                            gone.push(key);
-                            gone_sizes.push(size);
-                        }
-                    }
-                    Err(e) => tracing::warn!(error = %act.context(&e), key = %key, "load failed"),
-                }
-            }
-            if !gone.is_empty() {
-                act.storage.observe(Observed::Removed(&gone));
-                act.publish(UsageEventKind::Deleted {
-                    keys: gone,
-                    sizes: gone_sizes,
-                });
-            }
-            LoadReport { hits, buffers }
-        })
+        let items: Vec<(ObjectKey, LoadBuf)> = msg.keys.into_iter().zip(lent).collect();
+        let (items, unnameable) = self.split_unnameable(items);
+        let io = self
+            .storage
+            .get(items)
+            .map(move |results| merge_unnameable(results, unnameable));
+        match self.now_or_later(io) {
+            Ok(results) => reply_when_home(self.finish_load(keys, results), home),
+            Err(fut) => ActorResponse::r#async(Box::pin(
+                wrap_future::<_, Self>(fut)
+                    .map(move |finish, act, _| {
+                        let results = finish(act.storage_any());
+                        act.finish_load(keys, results)
+                    })
+                    .then(move |hits, _, _| {
+                        wrap_future(async move {
+                            LoadReport {
+                                hits,
+                                buffers: home.collect().await,
+                            }
+                        })
+                    }),
+            )),
+        }
     }
 }
 
-impl<S: Storage> Handler<Unlock> for BackendActor<S> {
+impl Handler<Unlock> for BackendActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlock, _: &mut Context<Self>) {
@@ -555,7 +605,7 @@ impl<S: Storage> Handler<Unlock> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<Delete> for BackendActor<S> {
+impl Handler<Delete> for BackendActor {
     type Result = ActorResponse<Self, DeleteReport>;
 
     fn handle(&mut self, msg: Delete, _: &mut Context<Self>) -> Self::Result {
@@ -568,20 +618,20 @@ impl<S: Storage> Handler<Delete> for BackendActor<S> {
             .collect();
         let index = self.index;
         self.start_delete(keys, move |removed| DeleteReport {
-            adapters: vec![(index, removed)],
+            adapters: vec![(index, removed.into_iter().map(|(k, _)| k).collect())],
         })
     }
 }
 
-impl<S: Storage> Handler<Evict> for BackendActor<S> {
-    type Result = ActorResponse<Self, Vec<ObjectKey>>;
+impl Handler<Evict> for BackendActor {
+    type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
 
     fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
         let mut seen = KeySet::default();
         let keys: Vec<ObjectKey> = msg
             .candidates
             .into_iter()
-            .filter(|k| self.removable(k))
+            .filter(|k| self.ledger.sizes.contains_key(k) && self.removable(k))
             .filter(|k| seen.insert(k.clone()))
             .take(msg.count)
             .collect();
@@ -589,7 +639,7 @@ impl<S: Storage> Handler<Evict> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<GetUsage> for BackendActor<S> {
+impl Handler<GetUsage> for BackendActor {
     type Result = MessageResult<GetUsage>;
 
     fn handle(&mut self, _: GetUsage, _: &mut Context<Self>) -> Self::Result {
@@ -599,7 +649,7 @@ impl<S: Storage> Handler<GetUsage> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<GetStatus> for BackendActor<S> {
+impl Handler<GetStatus> for BackendActor {
     type Result = MessageResult<GetStatus>;
 
     fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
@@ -615,7 +665,7 @@ impl<S: Storage> Handler<GetStatus> for BackendActor<S> {
     }
 }
 
-impl<S: Storage> Handler<ListKeys> for BackendActor<S> {
+impl Handler<ListKeys> for BackendActor {
     type Result = ActorResponse<Self, Result<KeyPage, BackendError>>;
 
     fn handle(&mut self, msg: ListKeys, _: &mut Context<Self>) -> Self::Result {
@@ -625,17 +675,72 @@ impl<S: Storage> Handler<ListKeys> for BackendActor<S> {
             msg.page_size
         };
         let io = self.storage.list(msg.model, msg.cursor, limit);
-        self.respond(io, |res, act| {
-            act.observe_health(std::iter::once(&res));
-            res
-        })
+        self.respond(io, |res, _| res)
     }
 }
 
-impl<S: Storage> Handler<SubscribeUsage> for BackendActor<S> {
+impl Handler<SubscribeUsage> for BackendActor {
     type Result = ();
 
     fn handle(&mut self, msg: SubscribeUsage, _: &mut Context<Self>) {
         self.subscribers.push(msg.0);
     }
+}
+
+/// Keys the adapter's name format cannot name: kept away from the storage (see the module docs).
+impl BackendActor {
+    /// Sets the object name format of the storage (default: `seed`); keys it cannot name are
+    /// refused before any I/O. Must match the format the storage was opened with.
+    pub fn with_name_format(mut self, format: NameFormat) -> Self {
+        self.format = format;
+        self
+    }
+
+    /// Whether the storage can name `key` in its format.
+    fn nameable(&self, key: &ObjectKey) -> bool {
+        key.check_name_format(self.format).is_ok()
+    }
+
+    /// `Ok` for a key the storage can name; otherwise the per-key error of a refused store.
+    fn check_nameable(&self, key: &ObjectKey) -> Result<(), String> {
+        key.check_name_format(self.format)
+            .map_err(|e| self.context(&BackendError::invalid(e.to_string())))
+    }
+
+    /// Splits a load's items into those the storage can name and, with their positions, the
+    /// others (their lent buffers are dropped here untouched, and go home; see
+    /// [`merge_unnameable`]).
+    fn split_unnameable(
+        &self,
+        items: Vec<(ObjectKey, LoadBuf)>,
+    ) -> (Vec<(ObjectKey, LoadBuf)>, Vec<Unnameable>) {
+        if items.iter().all(|(k, _)| self.nameable(k)) {
+            return (items, Vec::new());
+        }
+        let mut named = Vec::with_capacity(items.len());
+        let mut refused = Vec::new();
+        for (i, (key, buf)) in items.into_iter().enumerate() {
+            match self.check_nameable(&key) {
+                Ok(()) => named.push((key, buf)),
+                Err(reason) => refused.push((i, BackendError::invalid(reason))),
+            }
+        }
+        (named, refused)
+    }
+}
+
+/// A load item kept from the storage: its position, and why.
+type Unnameable = (usize, BackendError);
+
+/// Puts the items [`BackendActor::split_unnameable`] kept from the storage back at their
+/// positions, as failed reads (misses that leave the ledger alone).
+fn merge_unnameable(
+    mut results: Vec<Result<Fetched, BackendError>>,
+    unnameable: Vec<Unnameable>,
+) -> Vec<Result<Fetched, BackendError>> {
+    // Ascending positions: each insert lands where the request had it.
+    for (i, err) in unnameable {
+        results.insert(i, Err(err));
+    }
+    results
 }

@@ -7,53 +7,40 @@
 //! an unlock goes to that adapter. With several adapters the controller remembers which adapter
 //! holds each lock, in its own state. It also relays usage events, and completions of
 //! [`Submit`]ted operations, to hosts that prefer polling a `flume` channel.
+//!
+//! A [`Submit`]ted operation's result is kept in the controller's own state until the host
+//! takes it with [`TakeResult`], exactly once; event channels only get a
+//! [`TierEvent::Completed`] notice, so no listener can take another's result (see
+//! [`crate::task_results`] for the bound on unclaimed results).
 
 use actix::prelude::*;
-use bytes::BytesMut;
 use futures_util::future::join_all;
 
 use crate::backend::BackendActor;
+use crate::buffer::{lend, LoadBuf};
 use crate::key::{KeyMap, ObjectKey};
 use crate::messages::*;
-use crate::storage::{BackendError, Storage};
+use crate::storage::{BackendError, ErrorKind};
+use crate::task_results::TaskResults;
 
-/// The recipients of one backend actor, whatever its storage type.
+/// One running backend actor, whatever its storage: its address and identity.
 #[derive(Clone)]
 pub struct AdapterHandle {
     /// Position in the configuration.
     pub index: AdapterIndex,
     /// Adapter type name.
     pub kind: String,
-    store: Recipient<Store>,
-    lookup: Recipient<LookupAndLock>,
-    load: Recipient<Load>,
-    unlock: Recipient<Unlock>,
-    delete: Recipient<Delete>,
-    usage: Recipient<GetUsage>,
-    status: Recipient<GetStatus>,
-    list: Recipient<ListKeys>,
-    /// For the eviction actor.
-    pub evict: Recipient<Evict>,
-    /// For adding usage-event subscribers.
-    pub subscribe: Recipient<SubscribeUsage>,
+    /// The backend actor (also for the eviction actor and usage subscriptions).
+    pub addr: Addr<BackendActor>,
 }
 
 impl AdapterHandle {
-    /// Handles for a running backend actor.
-    pub fn new<S: Storage>(index: AdapterIndex, kind: &str, addr: &Addr<BackendActor<S>>) -> Self {
+    /// The handle of a running backend actor.
+    pub fn new(index: AdapterIndex, kind: &str, addr: Addr<BackendActor>) -> Self {
         Self {
             index,
             kind: kind.to_owned(),
-            store: addr.clone().recipient(),
-            lookup: addr.clone().recipient(),
-            load: addr.clone().recipient(),
-            unlock: addr.clone().recipient(),
-            delete: addr.clone().recipient(),
-            usage: addr.clone().recipient(),
-            status: addr.clone().recipient(),
-            list: addr.clone().recipient(),
-            evict: addr.clone().recipient(),
-            subscribe: addr.clone().recipient(),
+            addr,
         }
     }
 
@@ -96,25 +83,31 @@ pub enum OpResult {
     Failed(String),
 }
 
-/// What a host's event channel receives.
-#[derive(Debug)]
+/// What a host's event channel receives. Every channel receives every event.
+#[derive(Debug, Clone)]
 pub enum TierEvent {
     /// A backend's usage event.
     Usage(UsageEvent),
-    /// A submitted operation finished.
+    /// A submitted operation finished: its result waits for [`TakeResult`]`(task)`.
     Completed {
         /// The id [`Submit`] replied with.
         task: TaskId,
-        /// Its result.
-        result: OpResult,
     },
 }
 
-/// Start an operation without waiting for it: the reply is a [`TaskId`] at once, and the result
-/// arrives later on every subscribed channel as [`TierEvent::Completed`].
+/// Start an operation without waiting for it: the reply is a [`TaskId`] at once. When the
+/// operation finishes, its result is kept for [`TakeResult`] and every subscribed channel gets
+/// [`TierEvent::Completed`] with the task id.
 #[derive(Debug, Message)]
 #[rtype(result = "TaskId")]
 pub struct Submit(pub Op);
+
+/// Take the result of a [`Submit`]ted operation: `Some` exactly once, after it finished;
+/// `None` before that, after it was taken, for an unknown id, or when it was dropped unclaimed
+/// (see [`crate::task_results`]).
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Option<OpResult>")]
+pub struct TakeResult(pub TaskId);
 
 /// Subscribe a channel to usage events and completions.
 #[derive(Message)]
@@ -130,6 +123,8 @@ pub struct Controller {
     /// Whether the backends have been asked for usage events.
     subscribed: bool,
     next_task: TaskId,
+    /// Results of submitted operations, until taken.
+    results: TaskResults,
 }
 
 impl Controller {
@@ -141,6 +136,7 @@ impl Controller {
             listeners: Vec::new(),
             subscribed: false,
             next_task: 0,
+            results: TaskResults::default(),
         }
     }
 
@@ -176,11 +172,12 @@ impl Controller {
     }
 
     fn adapter(&self, index: AdapterIndex) -> Result<&AdapterHandle, BackendError> {
-        self.adapters
-            .get(index)
-            .ok_or_else(|| BackendError::Invalid {
-                reason: format!("no adapter #{index} (there are {})", self.adapters.len()),
-            })
+        self.adapters.get(index).ok_or_else(|| {
+            BackendError::invalid(format!(
+                "no adapter #{index} (there are {})",
+                self.adapters.len()
+            ))
+        })
     }
 }
 
@@ -194,7 +191,7 @@ impl Handler<Store> for Controller {
     fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
         let adapters = self.adapters.clone();
         Box::pin(async move {
-            let sends = adapters.iter().map(|a| a.store.send(msg.clone()));
+            let sends = adapters.iter().map(|a| a.addr.send(msg.clone()));
             let replies = join_all(sends).await;
             let mut report = StoreReport::default();
             for (a, reply) in adapters.iter().zip(replies) {
@@ -207,6 +204,7 @@ impl Handler<Store> for Controller {
                             .iter()
                             .map(|k| FailedKey {
                                 key: k.clone(),
+                                kind: ErrorKind::Unavailable,
                                 error: error.clone(),
                             })
                             .collect();
@@ -232,7 +230,7 @@ impl Handler<LookupAndLock> for Controller {
         let n = msg.keys.len();
         if self.adapters.len() == 1 {
             // One adapter holds every lock: nothing to remember.
-            let send = self.adapters[0].lookup.send(msg);
+            let send = self.adapters[0].addr.send(msg);
             return Box::pin(
                 async move { send.await.unwrap_or_else(|_| Bitmap::zeros(n)) }.into_actor(self),
             );
@@ -240,7 +238,7 @@ impl Handler<LookupAndLock> for Controller {
         let sends: Vec<_> = self
             .adapters
             .iter()
-            .map(|a| a.lookup.send(msg.clone()))
+            .map(|a| a.addr.send(msg.clone()))
             .collect();
         let keys = msg.keys;
         Box::pin(
@@ -272,7 +270,7 @@ impl Handler<LookupAndLock> for Controller {
                     }
                     for (a, keys) in release.into_iter().enumerate() {
                         if !keys.is_empty() {
-                            act.adapters[a].unlock.do_send(Unlock { keys });
+                            act.adapters[a].addr.do_send(Unlock { keys });
                         }
                     }
                     hits
@@ -287,21 +285,27 @@ impl Handler<Load> for Controller {
     fn handle(&mut self, msg: Load, _: &mut Context<Self>) -> Self::Result {
         let n = msg.keys.len();
         if msg.buffers.len() != n {
-            return Box::pin(async move {
-                LoadReport {
-                    hits: Bitmap::zeros(n),
-                    buffers: msg.buffers,
-                }
-            });
+            return Box::pin(async move { LoadReport::missed(n, msg.buffers) });
         }
+        // Lent: whatever happens to an adapter, every buffer comes back here (crate::buffer).
+        let (lent, mut home) = lend(msg.buffers);
         if self.adapters.len() == 1 {
-            let send = self.adapters[0].load.send(msg);
+            let send = self.adapters[0].addr.send(Load {
+                keys: msg.keys,
+                buffers: lent,
+            });
             return Box::pin(async move {
-                // A dead actor keeps the buffers: give back fresh ones of the same sizes.
-                send.await.unwrap_or_else(|_| LoadReport {
-                    hits: Bitmap::zeros(n),
-                    buffers: Vec::new(),
-                })
+                let hits = match send.await {
+                    Ok(r) => {
+                        home.settle(r.buffers.into_iter().enumerate());
+                        r.hits
+                    }
+                    Err(_) => Bitmap::zeros(n),
+                };
+                LoadReport {
+                    hits,
+                    buffers: home.collect().await,
+                }
             });
         }
         // Keys with a lock are read from its holder; the others from each adapter in turn.
@@ -309,7 +313,7 @@ impl Handler<Load> for Controller {
         let adapters = self.adapters.clone();
         Box::pin(async move {
             let mut hits = Bitmap::zeros(n);
-            let mut slots: Vec<Option<BytesMut>> = msg.buffers.into_iter().map(Some).collect();
+            let mut slots: Vec<Option<LoadBuf>> = lent.into_iter().map(Some).collect();
             let mut pending: Vec<usize> = Vec::new();
             let mut by_adapter: Vec<Vec<usize>> = vec![Vec::new(); adapters.len()];
             for (i, h) in holders.iter().enumerate() {
@@ -320,17 +324,20 @@ impl Handler<Load> for Controller {
             }
             for (a, adapter) in adapters.iter().enumerate() {
                 let mut batch = std::mem::take(&mut by_adapter[a]);
-                batch.append(&mut pending.clone());
-                pending.clear();
+                batch.append(&mut pending);
                 if batch.is_empty() {
                     continue;
                 }
                 let keys = batch.iter().map(|&i| msg.keys[i].clone()).collect();
                 let buffers = batch
                     .iter()
-                    .map(|&i| slots[i].take().unwrap_or_default())
+                    .map(|&i| {
+                        slots[i]
+                            .take()
+                            .expect("every buffer is here between rounds")
+                    })
                     .collect();
-                match adapter.load.send(Load { keys, buffers }).await {
+                match adapter.addr.send(Load { keys, buffers }).await {
                     Ok(r) => {
                         for ((&i, hit), buf) in batch.iter().zip(r.hits.iter()).zip(r.buffers) {
                             slots[i] = Some(buf);
@@ -341,12 +348,24 @@ impl Handler<Load> for Controller {
                             }
                         }
                     }
-                    Err(_) => pending.extend(batch.iter().filter(|&&i| holders[i].is_none())),
+                    Err(_) => {
+                        // The adapter is gone: its buffers come home; lend them to the next.
+                        for (i, buf) in home.recall(batch.len()).await {
+                            slots[i] = Some(home.lend_again(i, buf));
+                        }
+                        pending.extend(batch.iter().filter(|&&i| holders[i].is_none()));
+                    }
                 }
             }
+            home.settle(
+                slots
+                    .into_iter()
+                    .enumerate()
+                    .filter_map(|(i, b)| b.map(|b| (i, b))),
+            );
             LoadReport {
                 hits,
-                buffers: slots.into_iter().map(Option::unwrap_or_default).collect(),
+                buffers: home.collect().await,
             }
         })
     }
@@ -357,7 +376,7 @@ impl Handler<Unlock> for Controller {
 
     fn handle(&mut self, msg: Unlock, _: &mut Context<Self>) {
         if self.adapters.len() == 1 {
-            self.adapters[0].unlock.do_send(msg);
+            self.adapters[0].addr.do_send(msg);
             return;
         }
         let mut per: Vec<Vec<ObjectKey>> = vec![Vec::new(); self.adapters.len()];
@@ -368,7 +387,7 @@ impl Handler<Unlock> for Controller {
         }
         for (a, keys) in per.into_iter().enumerate() {
             if !keys.is_empty() {
-                self.adapters[a].unlock.do_send(Unlock { keys });
+                self.adapters[a].addr.do_send(Unlock { keys });
             }
         }
     }
@@ -383,7 +402,7 @@ impl Handler<Delete> for Controller {
             None => self.adapters.clone(),
         };
         Box::pin(async move {
-            let replies = join_all(targets.iter().map(|a| a.delete.send(msg.clone()))).await;
+            let replies = join_all(targets.iter().map(|a| a.addr.send(msg.clone()))).await;
             let mut report = DeleteReport::default();
             for (a, r) in targets.iter().zip(replies) {
                 match r {
@@ -400,7 +419,7 @@ impl Handler<GetUsage> for Controller {
     type Result = ResponseFuture<UsageReport>;
 
     fn handle(&mut self, msg: GetUsage, _: &mut Context<Self>) -> Self::Result {
-        let sends: Vec<_> = self.adapters.iter().map(|a| a.usage.send(msg)).collect();
+        let sends: Vec<_> = self.adapters.iter().map(|a| a.addr.send(msg)).collect();
         Box::pin(async move {
             UsageReport {
                 adapters: join_all(sends)
@@ -420,7 +439,7 @@ impl Handler<GetStatus> for Controller {
     fn handle(&mut self, msg: GetStatus, _: &mut Context<Self>) -> Self::Result {
         let adapters = self.adapters.clone();
         Box::pin(async move {
-            let replies = join_all(adapters.iter().map(|a| a.status.send(msg))).await;
+            let replies = join_all(adapters.iter().map(|a| a.addr.send(msg))).await;
             let mut report = StatusReport::default();
             for (a, r) in adapters.iter().zip(replies) {
                 match r {
@@ -446,12 +465,10 @@ impl Handler<ListKeys> for Controller {
         let target = self.adapter(msg.adapter).cloned();
         Box::pin(async move {
             let a = target?;
-            a.list
+            a.addr
                 .send(msg)
                 .await
-                .map_err(|e| BackendError::Unavailable {
-                    reason: a.unavailable(e),
-                })?
+                .map_err(|e| BackendError::unavailable(a.unavailable(e)))?
         })
     }
 }
@@ -474,8 +491,7 @@ impl Handler<SubscribeEvents> for Controller {
         if !self.subscribed {
             self.subscribed = true;
             for a in &self.adapters {
-                a.subscribe
-                    .do_send(SubscribeUsage(ctx.address().recipient()));
+                a.addr.do_send(SubscribeUsage(ctx.address().recipient()));
             }
         }
         self.listeners.push(msg.0);
@@ -512,22 +528,18 @@ impl Handler<Submit> for Controller {
             res.unwrap_or_else(|e| OpResult::Failed(e.to_string()))
         };
         ctx.spawn(run.into_actor(self).map(move |result, act, _| {
-            let mut result = Some(result);
-            // Completions go to the first live listener (they own buffers and cannot be cloned).
-            while let Some(l) = act.listeners.first() {
-                match l.send(TierEvent::Completed {
-                    task,
-                    result: result.take().expect("result sent once"),
-                }) {
-                    Ok(()) => return,
-                    Err(flume::SendError(TierEvent::Completed { result: r, .. })) => {
-                        result = Some(r);
-                        act.listeners.remove(0);
-                    }
-                    Err(_) => return,
-                }
-            }
+            // The result is kept for its taker; listeners only hear that it is there.
+            act.results.insert(task, result);
+            act.emit(|| TierEvent::Completed { task });
         }));
         MessageResult(task)
+    }
+}
+
+impl Handler<TakeResult> for Controller {
+    type Result = MessageResult<TakeResult>;
+
+    fn handle(&mut self, msg: TakeResult, _: &mut Context<Self>) -> Self::Result {
+        MessageResult(self.results.take(msg.0))
     }
 }

@@ -10,6 +10,15 @@
 //!
 //! Hugging Face bucket paths percent-encode the name ([`hf_encode`]), keeping only
 //! `A-Z a-z 0-9 _ . - ~`.
+//!
+//! Invariants:
+//! * One key, one name: [`ObjectKey::parse`] is the inverse of [`ObjectKey::object_name`] and
+//!   rejects every spelling `object_name` never writes (leading zeros in the group, an empty
+//!   salt field).
+//! * An empty cache salt is no salt: `with_salt("")` returns the unsalted key (equal, same hash,
+//!   same name), as LMCache appends `@<salt>` only for a non-empty salt.
+//! * The seed format has no group field, so it can name only keys of group 0; keys of another
+//!   group fail [`ObjectKey::check_name_format`] and the backends refuse them.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -49,6 +58,17 @@ pub enum KeyError {
     SaltForbiddenChar {
         /// The offending character.
         ch: char,
+    },
+    /// A key of a non-zero object group reached an adapter whose name format has no group
+    /// field: its object would be the group-0 key's object.
+    #[error(
+        "object_group_id {object_group_id} cannot be named in the seed object name format, \
+         which has no group field (keys differing only in object_group_id would share one \
+         object); set object_name_format = \"grouped\" on this adapter"
+    )]
+    GroupNeedsGroupedFormat {
+        /// The key's object group id.
+        object_group_id: u32,
     },
     /// An object name did not have the expected shape.
     #[error("object name {name:?} is not a {format} object name: {reason}")]
@@ -205,12 +225,13 @@ impl ObjectKey {
         .sealed())
     }
 
-    /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL).
+    /// This key with a cache salt (at most 128 characters, none of `@ / \` or NUL). An empty
+    /// salt means no salt: the result equals the unsalted key and has its object name.
     pub fn with_salt(self, salt: impl AsRef<str>) -> Result<Self, KeyError> {
         let salt = salt.as_ref();
         validate_salt(salt)?;
         let mut f = KeyFields::clone(&self.0);
-        f.cache_salt = Some(Arc::from(salt));
+        f.cache_salt = (!salt.is_empty()).then(|| Arc::from(salt));
         Ok(f.sealed())
     }
 
@@ -249,7 +270,7 @@ impl ObjectKey {
         &self.0.chunk_hash
     }
 
-    /// The cache salt, if any.
+    /// The cache salt, if any (never `Some("")`: an empty salt is no salt).
     pub fn cache_salt(&self) -> Option<&str> {
         self.0.cache_salt.as_deref()
     }
@@ -264,7 +285,20 @@ impl ObjectKey {
         self.0.object_group_id
     }
 
-    /// The object name in the given format.
+    /// Whether `format` can name this key: the seed format has no group field, so it names only
+    /// keys of group 0 ([`KeyError::GroupNeedsGroupedFormat`] otherwise). Backends check this
+    /// before any I/O, so two keys never share one object.
+    pub fn check_name_format(&self, format: NameFormat) -> Result<(), KeyError> {
+        match (format, self.0.object_group_id) {
+            (NameFormat::Seed, g) if g != 0 => {
+                Err(KeyError::GroupNeedsGroupedFormat { object_group_id: g })
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The object name in the given format. The seed format leaves out the group id, so check
+    /// [`ObjectKey::check_name_format`] first where that matters.
     pub fn object_name(&self, format: NameFormat) -> String {
         use std::fmt::Write;
         let mut s = String::with_capacity(
@@ -330,6 +364,12 @@ impl ObjectKey {
             .map_err(|_| bad("model_name or chunk_hash is empty"))?
             .with_group(group);
         if parts.len() == fixed + 1 {
+            if parts[fixed].is_empty() {
+                // One key, one name: an empty salt is no salt, written without the '@'.
+                return Err(bad(
+                    "cache_salt is empty (an unsalted name has no trailing '@')",
+                ));
+            }
             key = key
                 .with_salt(parts[fixed])
                 .map_err(|_| bad("cache_salt is not valid"))?;
@@ -538,6 +578,67 @@ mod tests {
                 Err(KeyError::SaltForbiddenChar { ch })
             );
         }
+    }
+
+    #[test]
+    fn empty_salt_is_no_salt() {
+        use std::hash::BuildHasher;
+        let plain = llama();
+        let empty = llama().with_salt("").unwrap();
+        assert_eq!(empty, plain);
+        assert_eq!(empty.cmp(&plain), std::cmp::Ordering::Equal);
+        let h = BuildDigestHasher::default();
+        assert_eq!(h.hash_one(&empty), h.hash_one(&plain));
+        assert_eq!(empty.cache_salt(), None);
+        assert_eq!(empty.cache_salt_arc(), None);
+        assert_eq!(KeyView::from(&empty).cache_salt, None);
+        for fmt in [NameFormat::Seed, NameFormat::Grouped] {
+            assert_eq!(empty.object_name(fmt), plain.object_name(fmt));
+            assert!(!empty.object_name(fmt).ends_with('@'));
+        }
+        assert_eq!(
+            hf_encode(&empty.object_name(NameFormat::Seed)),
+            "llama%40000000ff%4000010203"
+        );
+        // A salted key salted again with "" loses its salt, as with any other new salt.
+        let salted = llama().with_salt("user-42").unwrap();
+        assert_eq!(salted.with_salt("").unwrap(), plain);
+        let mut set = KeySet::default();
+        set.insert(plain.clone());
+        assert!(set.contains(&empty));
+    }
+
+    #[test]
+    fn empty_salt_field_is_not_a_name() {
+        // `object_name` never writes a trailing '@', so parsing refuses it: one key, one name.
+        for (name, fmt) in [
+            ("llama@000000ff@00010203@", NameFormat::Seed),
+            ("llama@000000ff@0@00010203@", NameFormat::Grouped),
+        ] {
+            assert_eq!(
+                ObjectKey::parse(name, fmt).unwrap_err().to_string(),
+                format!(
+                    "object name {name:?} is not a {fmt} object name: \
+                     cache_salt is empty (an unsalted name has no trailing '@')"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn seed_format_names_only_group_zero() {
+        assert_eq!(llama().check_name_format(NameFormat::Seed), Ok(()));
+        assert_eq!(
+            llama().with_group(0).check_name_format(NameFormat::Seed),
+            Ok(())
+        );
+        let g = llama().with_group(3);
+        assert_eq!(g.check_name_format(NameFormat::Grouped), Ok(()));
+        let e = g.check_name_format(NameFormat::Seed).unwrap_err();
+        assert_eq!(e, KeyError::GroupNeedsGroupedFormat { object_group_id: 3 });
+        let msg = e.to_string();
+        assert!(msg.contains("object_group_id 3"), "{msg}");
+        assert!(msg.contains(r#"object_name_format = "grouped""#), "{msg}");
     }
 
     #[test]

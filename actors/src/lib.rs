@@ -18,21 +18,24 @@
 
 pub mod backend;
 pub mod backends;
+pub mod buffer;
 pub mod config;
 pub mod controller;
 pub mod eviction;
 pub mod key;
 pub mod messages;
 pub mod storage;
+pub mod task_results;
 pub mod worker_pool;
 
 pub use backend::BackendActor;
+pub use buffer::{HostRegion, LoadBuf, LoadTarget, StoreSource};
 pub use controller::{
-    AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TaskId,
-    TierEvent,
+    AdapterHandle, Controller, Op, OpResult, StopController, Submit, SubscribeEvents, TakeResult,
+    TaskId, TierEvent,
 };
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;
-pub use storage::{BackendError, Storage};
+pub use storage::{BackendError, ErrorKind, Storage};
 pub use worker_pool::WorkerPool;

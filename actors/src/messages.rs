@@ -10,10 +10,12 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use actix::prelude::*;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde::Serialize;
 
+use crate::buffer::LoadBuf;
 use crate::key::ObjectKey;
+use crate::storage::ErrorKind;
 
 /// Position of an adapter in the configuration (0-based); also its identity in replies and events.
 pub type AdapterIndex = usize;
@@ -79,6 +81,9 @@ impl fmt::Display for Bitmap {
 }
 
 /// Write every object under its key. Objects must be whole chunks; an empty object is rejected.
+///
+/// Objects are [`Bytes`]: host memory becomes `Bytes` without a copy through
+/// [`crate::buffer::store_bytes`] or [`crate::buffer::lend_sources`].
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "StoreReport")]
 pub struct Store {
@@ -94,7 +99,9 @@ pub struct FailedKey {
     /// The key.
     #[serde(serialize_with = "ser_key")]
     pub key: ObjectKey,
-    /// What went wrong.
+    /// What kind of failure it was.
+    pub kind: ErrorKind,
+    /// What went wrong, naming the adapter.
     pub error: String,
 }
 
@@ -142,22 +149,54 @@ pub struct LookupAndLock {
 
 /// Fill caller-owned buffers with the keys' bytes. A buffer's length is the expected object
 /// size: an object of another size is a miss and its buffer is left untouched.
+///
+/// Buffers are any [`crate::buffer::LoadTarget`] (`BytesMut`, `Vec<u8>`, a raw
+/// [`crate::buffer::HostRegion`]) wrapped in a [`LoadBuf`]; backends write straight into them.
 #[derive(Debug, Message)]
 #[rtype(result = "LoadReport")]
 pub struct Load {
     /// The keys to load.
     pub keys: Vec<ObjectKey>,
-    /// One buffer per key, each already of the chunk's length (e.g. `BytesMut::zeroed(n)`).
-    pub buffers: Vec<BytesMut>,
+    /// One buffer per key, each already of the chunk's length (e.g. `LoadBuf::zeroed(n)`).
+    pub buffers: Vec<LoadBuf>,
 }
 
 /// The reply to [`Load`]: which keys were loaded, and the buffers handed back.
+///
+/// Invariant: `buffers` are the request's buffers, every one, in request order, with their
+/// original lengths, whatever happened (hit, miss, an adapter that died, several adapters).
+/// Nothing in kvtier holds or writes a buffer once it is in a reply.
 #[derive(Debug, Default)]
 pub struct LoadReport {
     /// One bit per key: loaded completely.
     pub hits: Bitmap,
     /// The caller's buffers, in request order.
-    pub buffers: Vec<BytesMut>,
+    pub buffers: Vec<LoadBuf>,
+}
+
+impl LoadReport {
+    /// Every key missed: the buffers go back as they came. The one way to answer a load that
+    /// could not be served.
+    pub fn missed(keys: usize, buffers: Vec<LoadBuf>) -> Self {
+        Self {
+            hits: Bitmap::zeros(keys),
+            buffers,
+        }
+    }
+
+    /// The hits and the buffers as the type the caller lent (`Err(self)` if any buffer is not
+    /// a `T`).
+    pub fn into_parts<T: crate::buffer::LoadTarget>(self) -> Result<(Bitmap, Vec<T>), Self> {
+        if !self.buffers.iter().all(|b| b.is::<T>()) {
+            return Err(self);
+        }
+        let buffers = self
+            .buffers
+            .into_iter()
+            .map(|b| b.downcast::<T>().ok().expect("checked"))
+            .collect();
+        Ok((self.hits, buffers))
+    }
 }
 
 /// Release one lock on each key. Never fails; unknown keys are ignored.
@@ -195,8 +234,10 @@ impl DeleteReport {
 
 /// Sent by the eviction actor: remove up to `count` keys, taken in order from `candidates`
 /// (least recently used first), skipping locked ones and ones with a store in flight.
+///
+/// The reply names the keys removed with the bytes each freed.
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "Vec<ObjectKey>")]
+#[rtype(result = "Vec<(ObjectKey, u64)>")]
 pub struct Evict {
     /// Candidates, least recently used first.
     pub candidates: Vec<ObjectKey>,
@@ -296,6 +337,9 @@ pub struct KeyPage {
 pub struct UsageEvent {
     /// The adapter the event is about.
     pub adapter: AdapterIndex,
+    /// The adapter's usage in bytes right after the event (its ledger's total: the one source
+    /// of usage in the runtime).
+    pub used_bytes: u64,
     /// What happened.
     pub kind: UsageEventKind,
 }

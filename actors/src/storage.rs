@@ -1,86 +1,326 @@
-//! The seam between the generic [`BackendActor`](crate::BackendActor) and a concrete store.
+//! The seam between the [`BackendActor`](crate::BackendActor) and a concrete store.
 //!
 //! A [`Storage`] only moves bytes: it writes, probes, reads, removes and lists objects. Everything
 //! with state that the semantics define (lock reference counts, the usage ledger, the set of keys
 //! being deleted, events) lives in the backend actor, written once for every backend. A storage
-//! is owned by its actor and called from its handlers with `&mut self`; work that takes time is
-//! returned as [`Io::Pending`] and finished by the actor when it resolves.
+//! is owned by its actor (as a `Box<dyn Storage>`: one virtual call per batch) and called from
+//! its handlers with `&mut self`.
+//!
+//! # Completion
+//! Work that takes time is returned as a pending [`Io`]. When it resolves, the actor applies its
+//! result on its own thread, and a storage that keeps state (a circuit breaker, a metadata
+//! cache, a credential signer) gets `&mut` access to itself at that moment through
+//! [`Io::then`] / [`Io::pending_then`]: that is the only way results flow back into a storage.
+//! There are no side channels, and no lock: the closure runs where the actor already holds the
+//! storage. Invariant: an [`Io`] is resolved against the storage that made it (a wrapper such
+//! as `fault_inject` projects with [`Io::within`]); resolving it against another storage panics.
 
+use std::any::Any;
 use std::future::Future;
 use std::pin::Pin;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
+use crate::buffer::LoadBuf;
 use crate::key::ObjectKey;
 use crate::messages::KeyPage;
 
-/// A boxed future a storage hands back to its actor (it runs on the actor's arbiter).
-pub type IoFuture<T> = Pin<Box<dyn Future<Output = T>>>;
+/// A step that finishes an operation, given the storage that started it.
+pub(crate) type Finish<T> = Box<dyn FnOnce(&mut dyn Any) -> T>;
 
-/// The result of a storage operation: available now, or later.
-pub enum Io<T> {
-    /// Completed synchronously (in-memory work).
+/// A boxed future a storage hands back to its actor (it runs on the actor's arbiter).
+pub(crate) type IoFuture<T> = Pin<Box<dyn Future<Output = Finish<T>>>>;
+
+/// The result of a storage operation: available now, or later; either way possibly finished
+/// by a closure that gets the storage back.
+pub struct Io<T>(pub(crate) IoState<T>);
+
+/// The states of an [`Io`].
+pub(crate) enum IoState<T> {
+    /// Completed synchronously.
     Ready(T),
-    /// Completes when the future resolves.
+    /// Completed, but the storage still has to see it (applied at once by the actor).
+    Deferred(Finish<T>),
+    /// Completes when the future resolves; then the finish step runs on the storage.
     Pending(IoFuture<T>),
 }
 
 impl<T: 'static> Io<T> {
-    /// Wraps a future.
+    /// A result available now.
+    pub fn ready(value: T) -> Self {
+        Io(IoState::Ready(value))
+    }
+
+    /// A result a future produces.
     pub fn pending(fut: impl Future<Output = T> + 'static) -> Self {
-        Io::Pending(Box::pin(fut))
+        Io(IoState::Pending(Box::pin(async move {
+            let v = fut.await;
+            Box::new(move |_: &mut dyn Any| v) as Finish<T>
+        })))
+    }
+
+    /// A future's output `A`, finished into `T` by `then` on the storage `S` that made it.
+    pub fn pending_then<S: Any, A: 'static>(
+        fut: impl Future<Output = A> + 'static,
+        then: impl FnOnce(&mut S, A) -> T + 'static,
+    ) -> Self {
+        Io::pending(fut).then(then)
+    }
+
+    /// Transforms the result (no access to the storage).
+    pub fn map<U: 'static>(self, f: impl FnOnce(T) -> U + 'static) -> Io<U> {
+        Io(match self.0 {
+            IoState::Ready(v) => IoState::Ready(f(v)),
+            IoState::Deferred(g) => IoState::Deferred(Box::new(move |s| f(g(s)))),
+            IoState::Pending(fut) => IoState::Pending(Box::pin(async move {
+                let g = fut.await;
+                Box::new(move |s: &mut dyn Any| f(g(s))) as Finish<U>
+            })),
+        })
+    }
+
+    /// Finishes the result on the storage `S` that made it, when it completes (for a ready
+    /// result: as soon as the actor has it).
+    pub fn then<S: Any, U: 'static>(self, f: impl FnOnce(&mut S, T) -> U + 'static) -> Io<U> {
+        let apply = move |s: &mut dyn Any, v: T| {
+            let s = s
+                .downcast_mut::<S>()
+                .expect("an Io is resolved against the storage that made it");
+            f(s, v)
+        };
+        Io(match self.0 {
+            IoState::Ready(v) => IoState::Deferred(Box::new(move |s| apply(s, v))),
+            IoState::Deferred(g) => IoState::Deferred(Box::new(move |s| {
+                let v = g(s);
+                apply(s, v)
+            })),
+            IoState::Pending(fut) => IoState::Pending(Box::pin(async move {
+                let g = fut.await;
+                Box::new(move |s: &mut dyn Any| {
+                    let v = g(s);
+                    apply(s, v)
+                }) as Finish<U>
+            })),
+        })
+    }
+
+    /// An inner storage's `Io` as one of its wrapper `O`: `project` finds the inner storage
+    /// in the wrapper when the result is finished.
+    pub fn within<O: Any>(self, project: fn(&mut O) -> &mut dyn Any) -> Io<T> {
+        let lift = move |g: Finish<T>| -> Finish<T> {
+            Box::new(move |s: &mut dyn Any| {
+                let o = s
+                    .downcast_mut::<O>()
+                    .expect("an Io is resolved against the storage that made it");
+                g(project(o))
+            })
+        };
+        Io(match self.0 {
+            IoState::Ready(v) => IoState::Ready(v),
+            IoState::Deferred(g) => IoState::Deferred(lift(g)),
+            IoState::Pending(fut) => IoState::Pending(Box::pin(async move { lift(fut.await) })),
+        })
+    }
+
+    /// True when the result is available without waiting.
+    pub fn is_ready(&self) -> bool {
+        !matches!(self.0, IoState::Pending(_))
+    }
+
+    /// Resolves on `storage` (the one that made it): for tests and wrappers that drive a
+    /// storage directly.
+    pub async fn resolve(self, storage: &mut dyn Any) -> T {
+        match self.0 {
+            IoState::Ready(v) => v,
+            IoState::Deferred(g) => g(storage),
+            IoState::Pending(fut) => (fut.await)(storage),
+        }
     }
 }
 
-/// Why a storage operation failed. Cloneable so it can travel in replies.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// An I/O or transport error.
-    #[error("{op} failed: {message}")]
-    Io {
-        /// The operation (`put`, `get`, `head`, `delete`, `list`, ...).
-        op: &'static str,
-        /// The underlying error, without secrets.
-        message: String,
-    },
-    /// The store could not be reached (refused, reset, DNS, timeout); counts toward a circuit
-    /// breaker.
-    #[error("{op} could not reach the store: {message}")]
-    Connection {
-        /// The operation.
-        op: &'static str,
-        /// The underlying error.
-        message: String,
-    },
-    /// The backend refuses requests for now (e.g. an open circuit breaker).
-    #[error("unavailable: {reason}")]
-    Unavailable {
-        /// Why.
-        reason: String,
-    },
-    /// The request itself was not acceptable to this backend.
-    #[error("invalid request: {reason}")]
-    Invalid {
-        /// Why.
-        reason: String,
-    },
-    /// The worker running the operation panicked or went away.
-    #[error("{op} worker failed: {reason}")]
-    Worker {
-        /// The operation.
-        op: &'static str,
-        /// What happened.
-        reason: String,
-    },
+/// What kind of failure a [`BackendError`] is: what a caller (or a circuit breaker, or a
+/// metrics label) can act on without parsing the message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The object (or the bucket) does not exist where it had to.
+    NotFound,
+    /// Credentials were refused or lack a permission.
+    Permission,
+    /// The store asked us to slow down (429, 503 SlowDown).
+    Throttled,
+    /// The store could not be reached (refused, reset, DNS, TLS); counts toward a breaker.
+    Connection,
+    /// An attempt ran out of time.
+    Timeout,
+    /// The store answered with bytes or metadata that do not add up (checksum, length).
+    Corrupt,
+    /// The backend refuses requests for now (an open circuit breaker), before any request.
+    Unavailable,
+    /// The request itself was not acceptable to this backend (bad key, bad size, bad config).
+    Invalid,
+    /// A worker job panicked or its pool went away.
+    Worker,
+    /// Anything else.
+    Other,
+}
+
+impl ErrorKind {
+    /// The kind's name, as in metrics labels and JSON (`not_found`, `connection`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::NotFound => "not_found",
+            ErrorKind::Permission => "permission",
+            ErrorKind::Throttled => "throttled",
+            ErrorKind::Connection => "connection",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::Corrupt => "corrupt",
+            ErrorKind::Unavailable => "unavailable",
+            ErrorKind::Invalid => "invalid",
+            ErrorKind::Worker => "worker",
+            ErrorKind::Other => "other",
+        }
+    }
+}
+
+impl std::fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why a storage operation failed: a kind, the operation, a message without secrets, and the
+/// underlying error when there is one. Cloneable (the source is shared) so it can travel in
+/// replies to several waiters.
+#[derive(Clone)]
+#[non_exhaustive]
+pub struct BackendError {
+    kind: ErrorKind,
+    op: &'static str,
+    message: String,
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync>>,
 }
 
 impl BackendError {
-    /// An [`BackendError::Io`] from any displayable error.
-    pub fn io(op: &'static str, err: impl std::fmt::Display) -> Self {
-        BackendError::Io {
+    /// An error of `kind` in operation `op` (`put`, `get`, `head`, `delete`, `list`, ...).
+    pub fn new(kind: ErrorKind, op: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            kind,
             op,
-            message: err.to_string(),
+            message: message.into(),
+            source: None,
         }
+    }
+
+    /// Keeps `source` as the underlying error (shown by `Error::source`, not in the message).
+    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        self.source = Some(std::sync::Arc::new(source));
+        self
+    }
+
+    /// An [`ErrorKind::Other`] error from any displayable error.
+    pub fn io(op: &'static str, err: impl std::fmt::Display) -> Self {
+        Self::new(ErrorKind::Other, op, err.to_string())
+    }
+
+    /// A local I/O error, kept as the source; its kind follows the `io::ErrorKind`.
+    pub fn from_io(op: &'static str, err: std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let kind = match err.kind() {
+            K::NotFound => ErrorKind::NotFound,
+            K::PermissionDenied => ErrorKind::Permission,
+            K::TimedOut => ErrorKind::Timeout,
+            K::ConnectionRefused | K::ConnectionReset | K::ConnectionAborted | K::NotConnected => {
+                ErrorKind::Connection
+            }
+            K::InvalidData | K::UnexpectedEof => ErrorKind::Corrupt,
+            _ => ErrorKind::Other,
+        };
+        Self::new(kind, op, err.to_string()).with_source(err)
+    }
+
+    /// The store could not be reached.
+    pub fn connection(op: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Connection, op, message)
+    }
+
+    /// Refused before any request was sent (e.g. by an open breaker).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Unavailable, "request", message)
+    }
+
+    /// The request was not acceptable.
+    pub fn invalid(message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Invalid, "request", message)
+    }
+
+    /// A worker job died.
+    pub fn worker(op: &'static str, message: impl Into<String>) -> Self {
+        Self::new(ErrorKind::Worker, op, message)
+    }
+
+    /// The kind.
+    pub fn kind(&self) -> ErrorKind {
+        self.kind
+    }
+
+    /// The operation.
+    pub fn op(&self) -> &'static str {
+        self.op
+    }
+
+    /// The message (no secrets, no source).
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// The same error for operation `op`, with `context` before its message.
+    pub fn context(mut self, context: impl std::fmt::Display) -> Self {
+        self.message = format!("{context}: {}", self.message);
+        self
+    }
+}
+
+impl std::fmt::Display for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (op, m) = (self.op, &self.message);
+        match self.kind {
+            ErrorKind::Connection => write!(f, "{op} could not reach the store: {m}"),
+            ErrorKind::Unavailable => write!(f, "unavailable: {m}"),
+            ErrorKind::Invalid => write!(f, "invalid request: {m}"),
+            ErrorKind::Worker => write!(f, "{op} worker failed: {m}"),
+            ErrorKind::Other => write!(f, "{op} failed: {m}"),
+            kind => write!(f, "{op} failed ({kind}): {m}"),
+        }
+    }
+}
+
+impl std::fmt::Debug for BackendError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BackendError")
+            .field("kind", &self.kind)
+            .field("op", &self.op)
+            .field("message", &self.message)
+            .field("source", &self.source.as_ref().map(|s| s.to_string()))
+            .finish()
+    }
+}
+
+impl PartialEq for BackendError {
+    /// Equal kind, operation and message (sources are not compared).
+    fn eq(&self, other: &Self) -> bool {
+        self.kind == other.kind && self.op == other.op && self.message == other.message
+    }
+}
+
+impl Eq for BackendError {}
+
+impl std::error::Error for BackendError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source
+            .as_deref()
+            .map(|e| e as &(dyn std::error::Error + 'static))
     }
 }
 
@@ -120,48 +360,30 @@ pub struct Recovered {
     pub modified: u64,
 }
 
-/// What the actor saw complete, for storages that keep caches (e.g. a TTL metadata cache).
-#[derive(Debug)]
-pub enum Observed<'a> {
-    /// These keys were written with these sizes.
-    Stored(&'a [ObjectKey], &'a [u64]),
-    /// A probe found these sizes (`None`: absent).
-    Probed(&'a [ObjectKey], &'a [Option<u64>]),
-    /// These keys were removed.
-    Removed(&'a [ObjectKey]),
-    /// An operation finished with `ok` successful items, `connection_failures` items that
-    /// could not reach the store, and `refused` items that were never sent (for circuit
-    /// breakers).
-    Health {
-        /// Items that reached the store (a "not found" counts).
-        ok: usize,
-        /// Items that failed with [`BackendError::Connection`].
-        connection_failures: usize,
-        /// Items that failed with [`BackendError::Unavailable`]: refused before any request
-        /// was sent (e.g. by an open breaker), so they say nothing about the store.
-        refused: usize,
-    },
-}
-
 /// A concrete object store driven by a [`BackendActor`](crate::BackendActor).
 ///
-/// Results are positional: one per input item, in order.
-pub trait Storage: Unpin + 'static {
+/// Results are positional: one per input item, in order. A storage that keeps state learns
+/// how its operations ended through [`Io::then`] (see the module docs).
+pub trait Storage: Any + Send + Unpin {
     /// The adapter type name (`memory`, `fs`, `s3`, `hfbucket`).
     fn kind(&self) -> &'static str;
 
     /// Writes objects (never empty; the actor rejects empty objects).
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>>;
 
-    /// Probes sizes: `Some(size)` when present, `None` when absent.
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>>;
+    /// Probes sizes: `Some(size)` when present, `None` when absent. Each key comes with the
+    /// size the actor's ledger holds for it (`None`: not in the ledger); a storage whose ledger
+    /// is authoritative (a single writer, or a size cache that cannot go stale) may answer from
+    /// it without a request; see [`answer_known`].
+    fn head(
+        &mut self,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>>;
 
     /// Reads objects into the buffers (each buffer's length is the expected size); a size
-    /// mismatch must leave the buffer unwritten. Buffers are returned in order.
-    fn get(
-        &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>>;
+    /// mismatch must leave the buffer unwritten. The buffers are lent: drop each when done
+    /// with it (they find their way back to the actor, see [`crate::buffer`]).
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>>;
 
     /// Removes objects.
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>>;
@@ -174,20 +396,11 @@ pub trait Storage: Unpin + 'static {
         limit: usize,
     ) -> Io<Result<KeyPage, BackendError>>;
 
-    /// When the actor's ledger is authoritative for lookups (the store has a single writer or a
-    /// size cache with no expiry), keys in the ledger are hits without a probe. Default: true.
-    fn lookups_trust_ledger(&self) -> bool {
-        true
-    }
-
     /// Objects already in the store, oldest first, to rebuild usage and recency at start-up;
     /// `None` when recovery is off.
     fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
         None
     }
-
-    /// Told what completed, so caches can follow. Default: nothing.
-    fn observe(&mut self, _what: Observed<'_>) {}
 
     /// False when the store cannot serve requests now.
     fn is_healthy(&self) -> bool {
@@ -199,4 +412,34 @@ pub trait Storage: Unpin + 'static {
 
     /// Releases resources (temporary files, connections) when the actor stops.
     fn close(&mut self) {}
+}
+
+/// Answers the keys the ledger knows from their known sizes, and the others with `probe`
+/// (called only when some key is unknown); results keep input order.
+pub fn answer_known(
+    keys: Vec<(ObjectKey, Option<u64>)>,
+    probe: impl FnOnce(Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>>,
+) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+    let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = Vec::with_capacity(keys.len());
+    let mut unknown = Vec::new();
+    let mut at = Vec::new();
+    for (i, (key, known)) in keys.into_iter().enumerate() {
+        match known {
+            Some(size) if size > 0 => out.push(Some(Ok(Some(size)))),
+            _ => {
+                out.push(None);
+                unknown.push(key);
+                at.push(i);
+            }
+        }
+    }
+    if unknown.is_empty() {
+        return Io::ready(out.into_iter().map(|r| r.unwrap_or(Ok(None))).collect());
+    }
+    probe(unknown).map(move |probed| {
+        for (i, r) in at.into_iter().zip(probed) {
+            out[i] = Some(r);
+        }
+        out.into_iter().map(|r| r.unwrap_or(Ok(None))).collect()
+    })
 }

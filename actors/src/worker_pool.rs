@@ -49,10 +49,7 @@ pub struct JobFailed {
 impl JobFailed {
     /// This failure as the [`BackendError`](crate::BackendError) of operation `op`.
     pub fn backend_error(&self, op: &'static str) -> crate::BackendError {
-        crate::BackendError::Worker {
-            op,
-            reason: self.reason.clone(),
-        }
+        crate::BackendError::worker(op, self.reason.clone())
     }
 }
 
@@ -92,7 +89,7 @@ pub fn fan_out<C, I, O>(
     items: Vec<I>,
     work: fn(&C, I) -> O,
     failed: impl Fn(usize, &JobFailed) -> O + 'static,
-) -> crate::storage::Io<Vec<O>>
+) -> impl std::future::Future<Output = Vec<O>> + 'static
 where
     C: Send + Sync + 'static,
     I: Send + 'static,
@@ -116,7 +113,7 @@ where
         });
         start += len;
     }
-    crate::storage::Io::pending(async move {
+    async move {
         let mut out = Vec::with_capacity(n);
         for (start, len, res) in futures_util::future::join_all(jobs).await {
             match res {
@@ -125,7 +122,7 @@ where
             }
         }
         out
-    })
+    }
 }
 
 #[cfg(test)]

@@ -15,36 +15,40 @@
 //!   (counted from the call) it fails, every item with [`BackendError::Connection`] (which a
 //!   caller cannot tell from a network timeout, and which counts toward circuit breakers). A
 //!   write may therefore have landed although it was reported failed, as with a real timeout;
-//!   the inner work is cancelled if it is still running when the timeout fires. A dropped `get`
-//!   hands back fresh zeroed buffers of the same lengths.
+//!   the inner work is cancelled if it is still running when the timeout fires (the inner
+//!   store's own finishing step still runs if its work completed). The buffers of a dropped
+//!   `get` go home as soon as the inner store lets go of them.
 //! * **corrupted sizes**: with probability `corrupt_size_rate` per item, a `head` reports the
 //!   object's size + 1 and a `get` answers [`Fetched::SizeMismatch`] without reading (the
 //!   buffer stays untouched).
 //!
 //! Faults are drawn from a [`SmallRng`] seeded with `seed` (drawn at start when absent and
 //! reported in `status`), in request order, so one seed and one request sequence reproduce the
-//! same faults. Start-up index recovery, `observe`, health and `close` pass straight through.
+//! same faults. Start-up index recovery, health and `close` pass straight through; the inner
+//! store's results are finished on the inner store ([`Io::within`]).
 //! `details()` reports the inner adapter's details and a counter per fault kind and operation.
 //!
-//! The inner storage is a `Box<dyn Storage + Send>` rather than a type parameter: which store is
+//! The inner storage is a `Box<dyn Storage>` rather than a type parameter: which store is
 //! wrapped (and whether it is itself a `fault_inject`) is only known from the configuration at
 //! run time, and [`Storage`] is object-safe for this reason. The cost is one virtual call per
 //! batch, which is nothing next to the I/O behind it.
 
 mod config;
 
-use std::time::Duration;
+use std::any::Any;
+use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
 pub use config::{FaultInjectConfig, Latency, PerOp, MAX_MS, OPS};
 
+use crate::buffer::LoadBuf;
 use crate::key::ObjectKey;
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
+use crate::storage::{BackendError, Fetched, Finish, Io, IoState, Recovered, Removed, Storage};
 
 /// Counters of the faults injected, per kind and operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -102,7 +106,7 @@ enum Fate {
 
 /// Storage that injects faults into another. See the module docs.
 pub struct FaultInjectStorage {
-    inner: Box<dyn Storage + Send>,
+    inner: Box<dyn Storage>,
     cfg: FaultInjectConfig,
     seed: u64,
     rng: SmallRng,
@@ -111,7 +115,7 @@ pub struct FaultInjectStorage {
 
 impl FaultInjectStorage {
     /// Wraps `inner` with the faults of `cfg` (already validated).
-    pub fn new(inner: Box<dyn Storage + Send>, cfg: &FaultInjectConfig) -> Self {
+    pub fn new(inner: Box<dyn Storage>, cfg: &FaultInjectConfig) -> Self {
         let seed = cfg.seed.unwrap_or_else(rand::random);
         Self {
             inner,
@@ -151,20 +155,20 @@ impl FaultInjectStorage {
             .map(|i| {
                 if nth > 0 && (i + 1) % nth == 0 {
                     *slot(&mut self.counters.nth_item_failures, op) += 1;
-                    return Fate::Fail(BackendError::Io {
+                    return Fate::Fail(BackendError::io(
                         op,
-                        message: format!(
+                        format!(
                             "injected fault: item {} of the batch (fail_every_nth_item = {nth})",
                             i + 1
                         ),
-                    });
+                    ));
                 }
                 if self.draw(rate) {
                     *slot(&mut self.counters.errors, op) += 1;
-                    return Fate::Fail(BackendError::Io {
+                    return Fate::Fail(BackendError::io(
                         op,
-                        message: format!("injected fault (error_rates.{op} = {rate})"),
-                    });
+                        format!("injected fault (error_rates.{op} = {rate})"),
+                    ));
                 }
                 if let Some(make) = corrupt {
                     if self.draw(self.cfg.corrupt_size_rate) {
@@ -185,7 +189,7 @@ impl FaultInjectStorage {
         &mut self,
         op: &'static str,
         items: Vec<I>,
-        call: impl FnOnce(&mut Box<dyn Storage + Send>, Vec<I>) -> Io<Vec<Result<T, BackendError>>>,
+        call: impl FnOnce(&mut Box<dyn Storage>, Vec<I>) -> Io<Vec<Result<T, BackendError>>>,
     ) -> Io<Vec<Result<T, BackendError>>> {
         let n = items.len();
         let plan = self.plan(op, n, None);
@@ -221,41 +225,58 @@ impl FaultInjectStorage {
         } else if latency > 0 {
             *slot(&mut self.counters.delayed, op) += 1;
         }
+        // The inner result is finished on the inner store, found in this wrapper.
+        let inner = inner.map(|io| io.within(inner_of));
         if !drop_reply && latency == 0 {
-            match inner {
-                None => return Io::Ready(assemble(None)),
-                Some(Io::Ready(v)) => return Io::Ready(assemble(Some(v))),
-                Some(Io::Pending(fut)) => {
-                    return Io::pending(async move { assemble(Some(fut.await)) })
-                }
-            }
+            return match inner {
+                None => Io::ready(assemble(None)),
+                Some(io) => io.map(move |v| assemble(Some(v))),
+            };
         }
-        let timeout = self.cfg.reply_timeout_ms;
-        Io::pending(async move {
+        let timeout = Duration::from_millis(self.cfg.reply_timeout_ms);
+        Io(IoState::Pending(Box::pin(async move {
+            let started = Instant::now();
             let result = async move {
-                match inner {
+                match inner.map(|io| io.0) {
                     None => None,
-                    Some(Io::Ready(v)) => Some(v),
-                    Some(Io::Pending(fut)) => Some(fut.await),
+                    Some(IoState::Ready(v)) => {
+                        Some(Box::new(move |_: &mut dyn Any| v) as Finish<T>)
+                    }
+                    Some(IoState::Deferred(g)) => Some(g),
+                    Some(IoState::Pending(fut)) => Some(fut.await),
                 }
             };
             if drop_reply {
                 // The reply never comes: only the caller's timeout ends the call.
-                let never = async move {
-                    let _discarded = result.await;
-                    std::future::pending::<()>().await
-                };
-                let _ = actix_rt::time::timeout(Duration::from_millis(timeout), never).await;
-                return dropped(BackendError::Connection {
+                let done = actix_rt::time::timeout(timeout, result)
+                    .await
+                    .ok()
+                    .flatten();
+                actix_rt::time::sleep(timeout.saturating_sub(started.elapsed())).await;
+                let err = BackendError::connection(
                     op,
-                    message: format!("no reply within {timeout} ms (injected: reply dropped)"),
-                });
+                    format!(
+                        "no reply within {} ms (injected: reply dropped)",
+                        timeout.as_millis()
+                    ),
+                );
+                return Box::new(move |s: &mut dyn Any| {
+                    if let Some(g) = done {
+                        let _discarded = g(s);
+                    }
+                    dropped(err)
+                }) as Finish<R>;
             }
-            let v = result.await;
+            let finish = result.await;
             actix_rt::time::sleep(Duration::from_millis(latency)).await;
-            assemble(v)
-        })
+            Box::new(move |s: &mut dyn Any| assemble(finish.map(|g| g(s)))) as Finish<R>
+        })))
     }
+}
+
+/// The inner store of a wrapper (for [`Io::within`]).
+fn inner_of(s: &mut FaultInjectStorage) -> &mut dyn Any {
+    &mut *s.inner as &mut dyn Any
 }
 
 /// Splits a batch by plan: the items to forward, and per position the injected fate.
@@ -307,10 +328,7 @@ fn fail_only<T>(_: usize, fate: Fate) -> Option<Result<T, BackendError>> {
 }
 
 fn missing_result(op: &'static str) -> BackendError {
-    BackendError::Io {
-        op,
-        message: "the inner store returned fewer results than items".into(),
-    }
+    BackendError::io(op, "the inner store returned fewer results than items")
 }
 
 impl Storage for FaultInjectStorage {
@@ -322,9 +340,24 @@ impl Storage for FaultInjectStorage {
         self.plain_batch("put", items, |inner, forward| inner.put(forward))
     }
 
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+    fn head(
+        &mut self,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let n = keys.len();
-        let plan = self.plan("head", n, Some(|| Fate::ForwardCorrupt));
+        // Keys the actor's ledger vouches for are answered without a fault, as they are when
+        // no wrapper stands between (a ledger hit never reaches a store that trusts it).
+        let unknown = keys.iter().filter(|(_, k)| k.is_none()).count();
+        let mut drawn = self
+            .plan("head", unknown, Some(|| Fate::ForwardCorrupt))
+            .into_iter();
+        let plan = keys
+            .iter()
+            .map(|(_, known)| match known {
+                Some(_) => Fate::Forward,
+                None => drawn.next().unwrap_or(Fate::Forward),
+            })
+            .collect();
         let (forward, fates) = split(keys, plan);
         let inner = (!forward.is_empty()).then(|| self.inner.head(forward));
         self.finish(
@@ -346,25 +379,19 @@ impl Storage for FaultInjectStorage {
         )
     }
 
-    fn get(
-        &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
-        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
-        let plan = self.plan("get", items.len(), Some(|| Fate::Corrupt));
-        // Buffers of items that are not forwarded stay here, untouched.
-        let mut kept: Vec<Option<BytesMut>> = Vec::with_capacity(items.len());
-        let mut forward = Vec::with_capacity(items.len());
+    /// Buffers of items that are not forwarded are dropped here untouched (they go home).
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
+        let n = items.len();
+        let plan = self.plan("get", n, Some(|| Fate::Corrupt));
+        let mut lens = Vec::with_capacity(n);
+        let mut forward = Vec::with_capacity(n);
         for ((key, buf), fate) in items.into_iter().zip(&plan) {
+            lens.push(buf.len() as u64);
             if matches!(fate, Fate::Forward) {
                 forward.push((key, buf));
-                kept.push(None);
-            } else {
-                kept.push(Some(buf));
             }
         }
         let inner = (!forward.is_empty()).then(|| self.inner.get(forward));
-        let lens2 = lens.clone();
         self.finish(
             "get",
             inner,
@@ -372,26 +399,18 @@ impl Storage for FaultInjectStorage {
                 merge(
                     plan,
                     res.unwrap_or_default(),
-                    |i, f| {
-                        let buf = kept[i].take()?;
-                        match f {
-                            Fate::Fail(e) => Some((buf, Err(e))),
-                            Fate::Corrupt => {
-                                let actual = buf.len() as u64 + 1;
-                                Some((buf, Ok(Fetched::SizeMismatch { actual })))
-                            }
-                            _ => None,
-                        }
+                    |i, f| match f {
+                        Fate::Fail(e) => Some(Err(e)),
+                        Fate::Corrupt => Some(Ok(Fetched::SizeMismatch {
+                            actual: lens[i] + 1,
+                        })),
+                        _ => None,
                     },
                     |_, r| r,
-                    |i| (BytesMut::zeroed(lens2[i]), Err(missing_result("get"))),
+                    |_| Err(missing_result("get")),
                 )
             },
-            move |e| {
-                lens.iter()
-                    .map(|l| (BytesMut::zeroed(*l), Err(e.clone())))
-                    .collect()
-            },
+            move |e| vec![Err(e); n],
         )
     }
 
@@ -408,10 +427,10 @@ impl Storage for FaultInjectStorage {
         let rate = self.cfg.error_rates.list;
         if self.draw(rate) {
             self.counters.errors.list += 1;
-            let err = BackendError::Io {
-                op: "list",
-                message: format!("injected fault (error_rates.list = {rate})"),
-            };
+            let err = BackendError::io(
+                "list",
+                format!("injected fault (error_rates.list = {rate})"),
+            );
             return self.finish("list", None::<Io<()>>, move |_| Err(err), Err);
         }
         let inner = self.inner.list(model, cursor, limit);
@@ -423,16 +442,8 @@ impl Storage for FaultInjectStorage {
         )
     }
 
-    fn lookups_trust_ledger(&self) -> bool {
-        self.inner.lookups_trust_ledger()
-    }
-
     fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
-        self.inner.recover()
-    }
-
-    fn observe(&mut self, what: Observed<'_>) {
-        self.inner.observe(what);
+        self.inner.recover().map(|io| io.within(inner_of))
     }
 
     fn is_healthy(&self) -> bool {
@@ -465,10 +476,14 @@ mod tests {
     }
 
     fn ready<T>(io: Io<T>) -> T {
-        match io {
-            Io::Ready(v) => v,
-            Io::Pending(_) => panic!("expected a synchronous result"),
+        match io.0 {
+            IoState::Ready(v) => v,
+            _ => panic!("expected a synchronous result"),
         }
+    }
+
+    fn unknown(keys: impl IntoIterator<Item = ObjectKey>) -> Vec<(ObjectKey, Option<u64>)> {
+        keys.into_iter().map(|k| (k, None)).collect()
     }
 
     fn wrap(cfg: FaultInjectConfig) -> FaultInjectStorage {
@@ -487,7 +502,7 @@ mod tests {
         let res = ready(s.put(items));
         let failed: Vec<usize> = (0..7).filter(|i| res[*i].is_err()).collect();
         assert_eq!(failed, vec![2, 5]);
-        let sizes = ready(s.head((0..7).map(key).collect()));
+        let sizes = ready(s.head(unknown((0..7).map(key))));
         // Items 3 and 6 of this batch fail too (errors, shown as None); keys 2 and 5 were never
         // written.
         let seen: Vec<_> = sizes.iter().map(|r| r.clone().ok().flatten()).collect();
@@ -509,14 +524,16 @@ mod tests {
         });
         ready(s.put(vec![(key(1), Bytes::from(vec![9u8; 10]))]));
         assert_eq!(
-            ready(s.head(vec![key(1), key(2)])),
+            ready(s.head(unknown([key(1), key(2)]))),
             vec![Ok(Some(11)), Ok(None)]
         );
-        let mut buf = BytesMut::zeroed(10);
+        let mut buf = LoadBuf::zeroed(10);
         buf.fill(7);
-        let out = ready(s.get(vec![(key(1), buf)]));
-        assert_eq!(out[0].1, Ok(Fetched::SizeMismatch { actual: 11 }));
-        assert!(out[0].0.iter().all(|b| *b == 7), "buffer untouched");
+        let (lent, mut home) = crate::buffer::lend(vec![buf]);
+        let out = ready(s.get(vec![(key(1), lent.into_iter().next().unwrap())]));
+        assert_eq!(out[0], Ok(Fetched::SizeMismatch { actual: 11 }));
+        let back = home.try_collect().expect("the buffer is home");
+        assert!(back[0].iter().all(|b| *b == 7), "buffer untouched");
         assert_eq!(s.counters().corrupted_sizes.head, 2);
         assert_eq!(s.counters().corrupted_sizes.get, 1);
     }
@@ -555,9 +572,11 @@ mod tests {
         let mut s = wrap(FaultInjectConfig::default());
         assert_eq!(s.kind(), "fault_inject");
         ready(s.put(vec![(key(1), Bytes::from_static(b"abc"))]));
-        let out = ready(s.get(vec![(key(1), BytesMut::zeroed(3))]));
+        let (lent, mut home) = crate::buffer::lend(vec![LoadBuf::zeroed(3)]);
+        let out = ready(s.get(vec![(key(1), lent.into_iter().next().unwrap())]));
+        let back = home.try_collect().expect("the buffer is home");
         assert_eq!(
-            (&out[0].0[..], out[0].1.clone()),
+            (&back[0][..], out[0].clone()),
             (&b"abc"[..], Ok(Fetched::Hit))
         );
         assert_eq!(

@@ -17,14 +17,15 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use actix::Addr;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 pub use config::FsConfig;
 
 use super::memory::page_of;
+use crate::buffer::LoadBuf;
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Recovered, Removed, Storage};
+use crate::storage::{answer_known, BackendError, Fetched, Io, Recovered, Removed, Storage};
 use crate::worker_pool::{run_on, JobFailed, WorkerPool};
 
 const SUFFIX: &str = ".data";
@@ -94,23 +95,27 @@ impl Paths {
         result
     }
 
-    fn read(&self, key: &ObjectKey, buf: &mut BytesMut) -> Result<Fetched, BackendError> {
+    /// Reads the object straight into the caller's memory (`read_exact`, no staging buffer).
+    fn read(&self, key: &ObjectKey, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let mut f = match File::open(self.object(key)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Fetched::Absent),
-            Err(e) => return Err(BackendError::io("get", e)),
+            Err(e) => return Err(BackendError::from_io("get", e)),
         };
-        let len = f.metadata().map_err(|e| BackendError::io("get", e))?.len();
+        let len = f
+            .metadata()
+            .map_err(|e| BackendError::from_io("get", e))?
+            .len();
         if len != buf.len() as u64 {
             return Ok(Fetched::SizeMismatch { actual: len });
         }
-        match f.read_exact(&mut buf[..]) {
+        match f.read_exact(buf) {
             Ok(()) => Ok(Fetched::Hit),
             // Truncated while we read: report a miss, never a partial object.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
                 Ok(Fetched::SizeMismatch { actual: 0 })
             }
-            Err(e) => Err(BackendError::io("get", e)),
+            Err(e) => Err(BackendError::from_io("get", e)),
         }
     }
 
@@ -119,9 +124,9 @@ impl Paths {
         model: Option<&str>,
     ) -> Result<Vec<(String, ObjectKey, u64, u64)>, BackendError> {
         let mut out = Vec::new();
-        let dir = fs::read_dir(&self.base).map_err(|e| BackendError::io("list", e))?;
+        let dir = fs::read_dir(&self.base).map_err(|e| BackendError::from_io("list", e))?;
         for entry in dir {
-            let entry = entry.map_err(|e| BackendError::io("list", e))?;
+            let entry = entry.map_err(|e| BackendError::from_io("list", e))?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
             let Some(key) = parse_file_name(name, self.format) else {
@@ -179,15 +184,15 @@ impl FsStorage {
     /// Opens (creating if needed) the directory and starts its worker pool. Must be called inside
     /// a running actix system.
     pub fn open(cfg: &FsConfig, format: NameFormat) -> Result<Self, BackendError> {
-        fs::create_dir_all(&cfg.base_path).map_err(|e| BackendError::Io {
-            op: "open",
-            message: format!("cannot create base_path {}: {e}", cfg.base_path.display()),
+        fs::create_dir_all(&cfg.base_path).map_err(|e| {
+            let what = format!("cannot create base_path {}", cfg.base_path.display());
+            BackendError::from_io("open", e).context(what)
         })?;
         let tmp = cfg.relative_tmp_dir.as_ref().map(|t| cfg.base_path.join(t));
         if let Some(t) = &tmp {
-            fs::create_dir_all(t).map_err(|e| BackendError::Io {
-                op: "open",
-                message: format!("cannot create relative_tmp_dir {}: {e}", t.display()),
+            fs::create_dir_all(t).map_err(|e| {
+                let what = format!("cannot create relative_tmp_dir {}", t.display());
+                BackendError::from_io("open", e).context(what)
             })?;
         }
         Ok(Self {
@@ -216,14 +221,14 @@ impl FsStorage {
         work: fn(&Paths, I) -> O,
         failed: impl Fn(usize, &JobFailed) -> O + 'static,
     ) -> Io<Vec<O>> {
-        crate::worker_pool::fan_out(
+        Io::pending(crate::worker_pool::fan_out(
             &self.pool,
             self.workers,
             self.paths.clone(),
             items,
             work,
             failed,
-        )
+        ))
     }
 }
 
@@ -235,35 +240,37 @@ impl Storage for FsStorage {
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
         self.fan_out(
             items,
-            |p, (k, data)| p.write(&k, &data).map_err(|e| BackendError::io("put", e)),
+            |p, (k, data)| {
+                p.write(&k, &data)
+                    .map_err(|e| BackendError::from_io("put", e))
+            },
             |_, e| Err(e.backend_error("put")),
         )
     }
 
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        self.fan_out(
-            keys,
-            |p, k| match fs::metadata(p.object(&k)) {
-                Ok(m) => Ok(Some(m.len())),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(BackendError::io("head", e)),
-            },
-            |_, e| Err(e.backend_error("head")),
-        )
+    /// The directory has one writer, this actor: the ledger's sizes are the files' sizes.
+    fn head(
+        &mut self,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        answer_known(keys, |unknown| {
+            self.fan_out(
+                unknown,
+                |p, k| match fs::metadata(p.object(&k)) {
+                    Ok(m) => Ok(Some(m.len())),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(BackendError::from_io("head", e)),
+                },
+                |_, e| Err(e.backend_error("head")),
+            )
+        })
     }
 
-    fn get(
-        &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
-        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
         self.fan_out(
             items,
-            |p, (k, mut buf)| {
-                let res = p.read(&k, &mut buf);
-                (buf, res)
-            },
-            move |i, e| (BytesMut::zeroed(lens[i]), Err(e.backend_error("get"))),
+            |p, (k, mut buf)| p.read(&k, &mut buf),
+            move |_, e| Err(e.backend_error("get")),
         )
     }
 
@@ -273,7 +280,7 @@ impl Storage for FsStorage {
             |p, k| match fs::remove_file(p.object(&k)) {
                 Ok(()) => Ok(Removed::Yes),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Removed::Absent),
-                Err(e) => Err(BackendError::io("delete", e)),
+                Err(e) => Err(BackendError::from_io("delete", e)),
             },
             |_, e| Err(e.backend_error("delete")),
         )

@@ -88,18 +88,12 @@ pub struct HubClient {
 }
 
 fn connection(op: &'static str, e: impl std::fmt::Display) -> BackendError {
-    BackendError::Connection {
-        op,
-        message: e.to_string(),
-    }
+    BackendError::connection(op, e.to_string())
 }
 
 fn status_error(op: &'static str, status: u16, body: &str) -> BackendError {
     let body: String = body.chars().take(300).collect();
-    BackendError::Io {
-        op,
-        message: format!("the Hub answered {status}: {body}"),
-    }
+    BackendError::io(op, format!("the Hub answered {status}: {body}"))
 }
 
 impl HubClient {

@@ -2,9 +2,9 @@
 //!
 //! The storage is owned by its backend actor, and so is all its state: the metadata cache
 //! (size and Xet hash per path), the shared Xet reader and the load counters. Worker jobs do not
-//! touch that state; they report what they learnt (hashes of stored files, `paths-info`
-//! answers, a newly opened reader, which path served each load) on a channel that the storage
-//! drains at the start of its next call.
+//! touch that state; they return what they learnt (hashes of stored files, `paths-info`
+//! answers, a newly opened reader, which path served each load) with their results, and the
+//! storage takes it in its completion step ([`Io::then`]), on the actor's thread.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -12,16 +12,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use actix::Addr;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use serde_json::json;
 
 use super::config::HfBucketConfig;
 use super::hub::{FileMeta, HubClient, MAX_PER_REQUEST};
 use super::xet::{self, XetReader};
 use crate::backends::memory::page_of;
+use crate::buffer::LoadBuf;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
+use crate::storage::{BackendError, Fetched, Io, Recovered, Removed, Storage};
 use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
 /// The metadata cache is first swept of expired entries when it holds this many.
@@ -30,8 +31,8 @@ const MIN_SWEEP_AT: usize = 1024;
 /// How long to wait before trying to open a Xet reader again after it failed.
 const XET_RETRY_AFTER: Duration = Duration::from_secs(30);
 
-/// What worker jobs learn and tell the storage actor (through a channel it drains on its next
-/// call: state stays in the actor).
+/// What worker jobs learn and hand back with their results (the storage takes it in on the
+/// actor's thread: state stays in the actor).
 enum Learnt {
     /// Paths a store registered, with their sizes and Xet hashes.
     Stored(Vec<(String, u64, String)>),
@@ -47,13 +48,11 @@ enum Learnt {
     },
 }
 
-/// What worker jobs share: the Hub client, the name format, the Xet cache directory, and the
-/// channel back to the storage actor.
+/// What worker jobs share: the Hub client, the name format and the Xet cache directory.
 struct Ctx {
     hub: HubClient,
     format: NameFormat,
     xet_dir: PathBuf,
-    learnt: flume::Sender<Learnt>,
 }
 
 /// How one load is served.
@@ -85,24 +84,22 @@ enum Served {
 }
 
 /// Loads one object along its plan; a Xet failure falls back to `resolve`.
+/// Loads one object along its plan, straight into the caller's buffer; a Xet failure falls
+/// back to `resolve`.
 fn load_one(
     lc: &LoadCtx,
-    (path, plan, mut buf): (String, Plan, BytesMut),
-) -> (BytesMut, Result<Fetched, BackendError>, Served) {
+    (path, plan, mut buf): (String, Plan, LoadBuf),
+) -> (Result<Fetched, BackendError>, Served) {
     match (plan, lc.reader.as_deref()) {
-        (Plan::Absent, _) => (buf, Ok(Fetched::Absent), Served::Nothing),
+        (Plan::Absent, _) => (Ok(Fetched::Absent), Served::Nothing),
         (Plan::Xet { size, hash }, Some(reader)) => match reader.read_into(&hash, size, &mut buf) {
-            Ok(f) => (buf, Ok(f), Served::Xet),
+            Ok(f) => (Ok(f), Served::Xet),
             Err(e) => {
                 tracing::debug!(error = %e, path, "Xet load failed; falling back to resolve");
-                let res = lc.ctx.hub.download(&path, &mut buf);
-                (buf, res, Served::Fallback)
+                (lc.ctx.hub.download(&path, &mut buf), Served::Fallback)
             }
         },
-        _ => {
-            let res = lc.ctx.hub.download(&path, &mut buf);
-            (buf, res, Served::Resolve)
-        }
+        _ => (lc.ctx.hub.download(&path, &mut buf), Served::Resolve),
     }
 }
 
@@ -129,9 +126,9 @@ impl Ctx {
         &self,
         items: Vec<(ObjectKey, Bytes)>,
         ensure_bucket: bool,
-    ) -> Vec<Result<(), BackendError>> {
+    ) -> (Vec<Result<(), BackendError>>, Vec<Learnt>) {
         let n = items.len();
-        let fail_all = |e: BackendError| vec![Err(e); n];
+        let fail_all = |e: BackendError| (vec![Err(e); n], Vec::new());
         if ensure_bucket {
             match self.hub.bucket_exists() {
                 Ok(true) => {}
@@ -200,10 +197,7 @@ impl Ctx {
                 _ => None,
             })
             .collect();
-        if !stored.is_empty() {
-            let _ = self.learnt.send(Learnt::Stored(stored));
-        }
-        results
+        (results, vec![Learnt::Stored(stored)])
     }
 
     /// Batch writes are not transactional: asks `paths-info` what landed after a failure.
@@ -223,13 +217,13 @@ impl Ctx {
                 res?;
                 match &landed {
                     Ok(m) if m.get(path) == Some(&(data.len() as u64)) => Ok(()),
-                    Ok(_) => Err(BackendError::Io {
-                        op: "put",
-                        message: failed
+                    Ok(_) => Err(BackendError::io(
+                        "put",
+                        failed
                             .get(path)
                             .cloned()
                             .unwrap_or_else(|| "the Hub did not register the file".into()),
-                    }),
+                    )),
                     Err(e) => Err(e.clone()),
                 }
             })
@@ -255,8 +249,6 @@ pub struct HfStorage {
     tmp_root: PathBuf,
     cache_hits: u64,
     cache_misses: u64,
-    /// What worker jobs learnt, drained at the start of every call.
-    learnt: flume::Receiver<Learnt>,
     /// The Xet reader every load shares, once a load has opened it.
     reader: Option<Arc<XetReader>>,
     /// When opening a reader last failed (loads use `resolve` until [`XET_RETRY_AFTER`]).
@@ -285,9 +277,9 @@ impl HfStorage {
         format: NameFormat,
         capacity_bytes: u64,
     ) -> Result<Self, BackendError> {
-        let handle = cfg.validate().map_err(|e| BackendError::Invalid {
-            reason: e.to_string(),
-        })?;
+        let handle = cfg
+            .validate()
+            .map_err(|e| BackendError::invalid(e.to_string()))?;
         let env = |k: &str| std::env::var(k).ok();
         let token = cfg.resolve_token(env);
         let endpoint = cfg.resolve_endpoint(env);
@@ -300,17 +292,17 @@ impl HfStorage {
             std::process::id(),
             rand::random::<u32>()
         ));
-        std::fs::create_dir_all(&tmp_root).map_err(|e| BackendError::Io {
-            op: "open",
-            message: format!("cannot create download_tmp_dir {}: {e}", tmp_root.display()),
+        std::fs::create_dir_all(&tmp_root).map_err(|e| {
+            BackendError::io(
+                "open",
+                format!("cannot create download_tmp_dir {}: {e}", tmp_root.display()),
+            )
         })?;
-        let (tx, rx) = flume::unbounded();
         Ok(Self {
             ctx: Arc::new(Ctx {
                 hub: HubClient::new(&endpoint, handle, token),
                 format,
                 xet_dir: tmp_root.join("xet"),
-                learnt: tx,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -324,7 +316,6 @@ impl HfStorage {
             tmp_root,
             cache_hits: 0,
             cache_misses: 0,
-            learnt: rx,
             reader: None,
             reader_failed: None,
             loads_xet: 0,
@@ -371,11 +362,14 @@ impl HfStorage {
         self.cache.get(path).filter(|k| k.at.elapsed() < self.ttl)
     }
 
-    /// Applies what worker jobs reported since the last call.
-    fn absorb(&mut self) {
-        while let Ok(l) = self.learnt.try_recv() {
+    /// Takes in what a worker job learnt.
+    fn learn(&mut self, learnt: Vec<Learnt>) {
+        for l in learnt {
             match l {
                 Learnt::Stored(v) => {
+                    if !v.is_empty() {
+                        self.bucket_ready = true;
+                    }
                     for (path, size, hash) in v {
                         self.remember_meta(path, Some(size), Some(hash.into()));
                     }
@@ -408,19 +402,28 @@ impl HfStorage {
         }
     }
 
+    /// Runs `f` on a worker; `failed` stands in for its value if the job dies.
     fn job<T: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&Ctx) -> T + Send + 'static,
         failed: impl FnOnce(BackendError) -> T + 'static,
-    ) -> Io<T> {
+    ) -> impl std::future::Future<Output = T> + 'static {
         let (pool, ctx) = (self.pool.clone(), self.ctx.clone());
-        Io::pending(async move {
+        async move {
             match run_on(&pool, move || f(&ctx)).await {
                 Ok(v) => v,
                 Err(e) => failed(e.backend_error(op)),
             }
-        })
+        }
+    }
+
+    /// Forgets `paths` in the metadata cache's favour of "absent" (after a delete, or a load
+    /// that found nothing).
+    fn remember_absent<'a>(&mut self, paths: impl IntoIterator<Item = &'a String>) {
+        for p in paths {
+            self.remember(p.clone(), None);
+        }
     }
 }
 
@@ -432,18 +435,26 @@ impl Storage for HfStorage {
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
         let n = items.len();
         let ensure = self.create_if_missing && !self.bucket_ready;
-        self.job(
+        let job = self.job(
             "put",
             move |ctx| ctx.put_batch(items, ensure),
-            move |e| vec![Err(e); n],
-        )
+            move |e| (vec![Err(e); n], Vec::new()),
+        );
+        Io::pending_then(job, |s: &mut HfStorage, (results, learnt)| {
+            s.learn(learnt);
+            results
+        })
     }
 
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        self.absorb();
+    /// Lookups go through the TTL metadata cache, as in LMCache's adapter (the ledger's sizes
+    /// are not trusted: other writers share the bucket).
+    fn head(
+        &mut self,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = vec![None; keys.len()];
         let mut ask = Vec::new();
-        for (i, k) in keys.iter().enumerate() {
+        for (i, (k, _)) in keys.iter().enumerate() {
             let path = self.ctx.path(k);
             match self.fresh(&path).map(|k| k.size) {
                 Some(size) => {
@@ -457,34 +468,30 @@ impl Storage for HfStorage {
             }
         }
         if ask.is_empty() {
-            return Io::Ready(out.into_iter().map(|r| r.unwrap_or(Ok(None))).collect());
+            return Io::ready(out.into_iter().map(|r| r.unwrap_or(Ok(None))).collect());
         }
         let paths: Vec<String> = ask.iter().map(|(_, p)| p.clone()).collect();
-        let io = self.job(
+        let job = self.job(
             "head",
             move |ctx| {
                 let found = ctx.hub.paths_meta(&paths)?;
-                // The Xet hashes are kept for loads; sizes travel in the reply.
-                let meta = paths
-                    .iter()
-                    .map(|p| (p.clone(), found.get(p).cloned()))
-                    .collect();
-                let _ = ctx.learnt.send(Learnt::Meta(meta));
-                Ok(found
+                Ok(paths
                     .into_iter()
-                    .map(|(p, m)| (p, m.size))
-                    .collect::<HashMap<_, _>>())
+                    .map(|p| {
+                        let meta = found.get(&p).cloned();
+                        (p, meta)
+                    })
+                    .collect::<Vec<_>>())
             },
             Err,
         );
-        let Io::Pending(fut) = io else {
-            unreachable!("job is always pending")
-        };
-        Io::pending(async move {
-            let found = fut.await;
-            for (i, path) in ask {
+        Io::pending_then(job, move |s: &mut HfStorage, found| {
+            if let Ok(meta) = &found {
+                s.learn(vec![Learnt::Meta(meta.clone())]);
+            }
+            for (n, (i, _)) in ask.into_iter().enumerate() {
                 out[i] = Some(match &found {
-                    Ok(m) => Ok(m.get(&path).copied()),
+                    Ok(m) => Ok(m[n].1.as_ref().map(|m| m.size)),
                     Err(e) => Err(e.clone()),
                 });
             }
@@ -492,13 +499,8 @@ impl Storage for HfStorage {
         })
     }
 
-    fn get(
-        &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
-        self.absorb();
-        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
-        let mut work: Vec<(String, Plan, BytesMut)> = Vec::with_capacity(items.len());
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
+        let mut work: Vec<(String, Plan, LoadBuf)> = Vec::with_capacity(items.len());
         for (key, buf) in items {
             let path = self.ctx.path(&key);
             let plan = match self.fresh(&path) {
@@ -514,13 +516,15 @@ impl Storage for HfStorage {
             };
             work.push((path, plan, buf));
         }
+        let paths: Vec<String> = work.iter().map(|(p, _, _)| p.clone()).collect();
         let reader = self.reader.clone();
         let try_open = reader.is_none()
             && self
                 .reader_failed
                 .is_none_or(|at| at.elapsed() >= XET_RETRY_AFTER);
         let (pool, ctx, workers) = (self.pool.clone(), self.ctx.clone(), self.workers);
-        Io::pending(async move {
+        let fut = async move {
+            let mut learnt = Vec::new();
             let ask: Vec<String> = work
                 .iter()
                 .filter(|(_, p, _)| matches!(p, Plan::Ask))
@@ -533,32 +537,34 @@ impl Storage for HfStorage {
                 let prep = run_on(&pool, move || {
                     let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
                     let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir) {
-                        Ok(r) => {
-                            let r = Arc::new(r);
-                            let _ = ctx2.learnt.send(Learnt::Reader(Ok(r.clone())));
-                            Some(r)
-                        }
+                        Ok(r) => Ok(Arc::new(r)),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
-                            let _ = ctx2.learnt.send(Learnt::Reader(Err(Instant::now())));
-                            None
+                            Err(Instant::now())
                         }
                     });
-                    if let Some(Ok(m)) = &meta {
-                        let learnt = ask.iter().map(|p| (p.clone(), m.get(p).cloned())).collect();
-                        let _ = ctx2.learnt.send(Learnt::Meta(learnt));
-                    }
-                    (meta, opened)
+                    let asked = meta.as_ref().and_then(|m| m.as_ref().ok()).map(|m| {
+                        ask.iter().map(|p| (p.clone(), m.get(p).cloned())).collect()
+                    });
+                    (meta, opened, asked)
                 })
                 .await;
                 let (meta, opened) = match prep {
-                    Ok(v) => v,
+                    Ok((meta, opened, asked)) => {
+                        if let Some(a) = asked {
+                            learnt.push(Learnt::Meta(a));
+                        }
+                        if let Some(o) = &opened {
+                            learnt.push(Learnt::Reader(o.clone()));
+                        }
+                        (meta, opened.and_then(Result::ok))
+                    }
                     Err(e) => {
                         tracing::warn!(error = %e, "load preparation failed; loads use resolve");
                         (None, None)
                     }
                 };
-                if let Some(r) = opened.flatten() {
+                if let Some(r) = opened {
                     reader = Some(r);
                 }
                 for (path, plan, _) in &mut work {
@@ -585,34 +591,40 @@ impl Storage for HfStorage {
                 ctx: ctx.clone(),
                 reader,
             });
-            let io = fan_out(&pool, workers, lc, work, load_one, move |i, e| {
-                (
-                    BytesMut::zeroed(lens[i]),
-                    Err(e.backend_error("get")),
-                    Served::Nothing,
-                )
-            });
-            let done = match io {
-                Io::Ready(v) => v,
-                Io::Pending(f) => f.await,
-            };
-            let count = |s: Served| done.iter().filter(|(_, _, x)| *x == s).count() as u64;
+            let done = fan_out(&pool, workers, lc, work, load_one, move |_, e| {
+                (Err(e.backend_error("get")), Served::Nothing)
+            })
+            .await;
+            let count = |s: Served| done.iter().filter(|(_, x)| *x == s).count() as u64;
             let fallbacks = count(Served::Fallback);
-            let _ = ctx.learnt.send(Learnt::Loads {
+            learnt.push(Learnt::Loads {
                 xet: count(Served::Xet),
                 resolve: count(Served::Resolve) + fallbacks,
                 fallbacks,
             });
-            done.into_iter().map(|(b, r, _)| (b, r)).collect()
+            let results: Vec<_> = done.into_iter().map(|(r, _)| r).collect();
+            (results, learnt)
+        };
+        Io::pending_then(fut, move |s: &mut HfStorage, (results, learnt)| {
+            s.learn(learnt);
+            let absent = paths
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| matches!(r, Ok(Fetched::Absent)))
+                .map(|(p, _)| p);
+            s.remember_absent(absent);
+            results
         })
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
         let n = keys.len();
-        self.job(
+        let paths: Vec<String> = keys.iter().map(|k| self.ctx.path(k)).collect();
+        let batch_paths = paths.clone();
+        let job = self.job(
             "delete",
             move |ctx| {
-                let paths: Vec<String> = keys.iter().map(|k| ctx.path(k)).collect();
+                let paths = batch_paths;
                 let mut out = Vec::with_capacity(paths.len());
                 for chunk in paths.chunks(MAX_PER_REQUEST) {
                     let lines: Vec<_> = chunk
@@ -640,7 +652,16 @@ impl Storage for HfStorage {
                 out
             },
             move |e| vec![Err(e); n],
-        )
+        );
+        Io::pending_then(job, move |s: &mut HfStorage, results| {
+            let gone = paths
+                .iter()
+                .zip(&results)
+                .filter(|(_, r)| r.is_ok())
+                .map(|(p, _)| p);
+            s.remember_absent(gone);
+            results
+        })
     }
 
     fn list(
@@ -649,7 +670,7 @@ impl Storage for HfStorage {
         cursor: Option<String>,
         limit: usize,
     ) -> Io<Result<KeyPage, BackendError>> {
-        self.job(
+        Io::pending(self.job(
             "list",
             move |ctx| {
                 let entries = ctx
@@ -667,19 +688,14 @@ impl Storage for HfStorage {
                 Ok(page_of(entries, cursor.as_deref(), limit))
             },
             Err,
-        )
-    }
-
-    fn lookups_trust_ledger(&self) -> bool {
-        // Lookups go through the TTL metadata cache, as in LMCache's adapter.
-        false
+        ))
     }
 
     fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
         if !self.rebuild {
             return None;
         }
-        Some(self.job(
+        Some(Io::pending(self.job(
             "recover",
             |ctx| {
                 Ok(ctx
@@ -696,33 +712,7 @@ impl Storage for HfStorage {
                     .collect())
             },
             Err,
-        ))
-    }
-
-    fn observe(&mut self, what: Observed<'_>) {
-        self.absorb();
-        match what {
-            Observed::Stored(keys, sizes) => {
-                self.bucket_ready = true;
-                for (k, s) in keys.iter().zip(sizes) {
-                    let p = self.ctx.path(k);
-                    self.remember(p, Some(*s));
-                }
-            }
-            Observed::Probed(keys, sizes) => {
-                for (k, s) in keys.iter().zip(sizes) {
-                    let p = self.ctx.path(k);
-                    self.remember(p, *s);
-                }
-            }
-            Observed::Removed(keys) => {
-                for k in keys {
-                    let p = self.ctx.path(k);
-                    self.remember(p, None);
-                }
-            }
-            Observed::Health { .. } => {}
-        }
+        )))
     }
 
     fn details(&self) -> serde_json::Value {

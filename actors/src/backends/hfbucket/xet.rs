@@ -36,9 +36,8 @@ fn refresh_headers(hub: &HubClient) -> Result<HeaderMap, BackendError> {
     if let Some(b) = hub.bearer() {
         headers.insert(
             "authorization",
-            HeaderValue::from_str(&b).map_err(|_| BackendError::Invalid {
-                reason: "the Hub token is not a valid header value".into(),
-            })?,
+            HeaderValue::from_str(&b)
+                .map_err(|_| BackendError::invalid("the Hub token is not a valid header value"))?,
         );
     }
     Ok(headers)

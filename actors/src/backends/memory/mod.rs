@@ -1,11 +1,15 @@
 //! The `memory` backend: objects in a map owned by the backend actor.
+//!
+//! Stored objects are copied into memory of the storage's own, so a store from host memory
+//! ([`crate::buffer::HostRegion`]) never keeps a reference to it after the reply.
 
 mod config;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 
 pub use config::MemoryConfig;
 
+use crate::buffer::LoadBuf;
 use crate::key::{KeyMap, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{BackendError, Fetched, Io, Removed, Storage};
@@ -54,28 +58,28 @@ impl Storage for MemoryStorage {
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
         let n = items.len();
         for (k, v) in items {
-            self.objects.insert(k, v);
+            self.objects.insert(k, Bytes::copy_from_slice(&v));
         }
-        Io::Ready(vec![Ok(()); n])
+        Io::ready(vec![Ok(()); n])
     }
 
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        Io::Ready(
+    fn head(
+        &mut self,
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        Io::ready(
             keys.iter()
-                .map(|k| Ok(self.objects.get(k).map(|b| b.len() as u64)))
+                .map(|(k, _)| Ok(self.objects.get(k).map(|b| b.len() as u64)))
                 .collect(),
         )
     }
 
-    fn get(
-        &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
-        Io::Ready(
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
+        Io::ready(
             items
                 .into_iter()
                 .map(|(k, mut buf)| {
-                    let res = match self.objects.get(&k) {
+                    Ok(match self.objects.get(&k) {
                         None => Fetched::Absent,
                         Some(b) if b.len() != buf.len() => Fetched::SizeMismatch {
                             actual: b.len() as u64,
@@ -84,15 +88,14 @@ impl Storage for MemoryStorage {
                             buf.copy_from_slice(b);
                             Fetched::Hit
                         }
-                    };
-                    (buf, Ok(res))
+                    })
                 })
                 .collect(),
         )
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
-        Io::Ready(
+        Io::ready(
             keys.iter()
                 .map(|k| {
                     Ok(match self.objects.remove(k) {
@@ -116,7 +119,7 @@ impl Storage for MemoryStorage {
             .filter(|(k, _)| model.as_deref().is_none_or(|m| k.model_name() == m))
             .map(|(k, v)| (k.object_name(self.format), k.clone(), v.len() as u64))
             .collect();
-        Io::Ready(Ok(page_of(entries, cursor.as_deref(), limit)))
+        Io::ready(Ok(page_of(entries, cursor.as_deref(), limit)))
     }
 
     fn details(&self) -> serde_json::Value {

@@ -79,9 +79,7 @@ pub(crate) async fn build_clients(
                 .http_client(http.clone())
                 .load()
                 .await;
-            let creds = shared.credentials_provider().ok_or_else(|| BackendError::Invalid {
-                reason: "s3: no AWS credentials: set aws_access_key_id and aws_secret_access_key, or configure the default chain (environment, profile, web identity, instance metadata)".into(),
-            })?;
+            let creds = shared.credentials_provider().ok_or_else(|| BackendError::invalid("s3: no AWS credentials: set aws_access_key_id and aws_secret_access_key, or configure the default chain (environment, profile, web identity, instance metadata)"))?;
             (aws_sdk_s3::config::Builder::from(&shared), creds)
         }
     };

@@ -33,14 +33,14 @@ use aws_sigv4::sign::v4;
 use aws_smithy_runtime_api::client::identity::Identity;
 use aws_smithy_types::body::SdkBody;
 use base64::Engine as _;
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use http_body_util::BodyExt;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
 use super::client::{ATTEMPT_TIMEOUT, MAX_ATTEMPTS};
 use super::config::{ResolvedEndpoint, S3Config};
 use super::http::HyperClient;
-use crate::storage::{BackendError, Fetched};
+use crate::storage::{BackendError, ErrorKind, Fetched};
 
 /// Bytes an object name keeps as they are in the URL path: RFC 3986 unreserved plus `/`, as the
 /// SDK encodes S3 keys. Everything else is percent-encoded (once: the canonical request uses
@@ -198,10 +198,8 @@ impl Direct {
         headers: &[(&'static str, String)],
         payload: Option<&Bytes>,
     ) -> Result<http::Request<SdkBody>, BackendError> {
-        let invalid = |e: &dyn std::fmt::Display| BackendError::Io {
-            op,
-            message: format!("signing the request: {e}"),
-        };
+        let invalid =
+            |e: &dyn std::fmt::Display| BackendError::io(op, format!("signing the request: {e}"));
         let mut settings = SigningSettings::default();
         settings.percent_encoding_mode = PercentEncodingMode::Single;
         settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
@@ -256,13 +254,14 @@ impl Direct {
             Ok(Err(Failure::Final(e))) => return ControlFlow::Break(Err(e)),
             Ok(Err(Failure::Retry(e))) => e,
             Err(_) => {
-                return ControlFlow::Break(Err(BackendError::Connection {
+                return ControlFlow::Break(Err(BackendError::new(
+                    ErrorKind::Timeout,
                     op,
-                    message: format!(
+                    format!(
                         "no complete answer within the attempt timeout ({:.1}s)",
                         self.attempt_timeout.as_secs_f64()
                     ),
-                }))
+                )))
             }
         };
         if n >= MAX_ATTEMPTS {
@@ -299,10 +298,10 @@ impl Direct {
         req: http::Request<SdkBody>,
     ) -> Result<http::Response<hyper::body::Incoming>, Failure> {
         self.client.request(req).await.map_err(|e| {
-            Failure::Retry(BackendError::Connection {
+            Failure::Retry(BackendError::connection(
                 op,
-                message: DisplayErrorContext(&e).to_string(),
-            })
+                DisplayErrorContext(&e).to_string(),
+            ))
         })
     }
 
@@ -348,7 +347,7 @@ impl Direct {
     }
 
     /// GETs the object into `buf`, which must end up exactly full.
-    pub async fn get(&self, object: &str, buf: &mut BytesMut) -> Result<Fetched, BackendError> {
+    pub async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let url = self.url(object);
         let headers: Vec<(&'static str, String)> = if self.crc32c {
             vec![("x-amz-checksum-mode", "ENABLED".to_owned())]
@@ -357,7 +356,7 @@ impl Direct {
         };
         // Not [`Direct::retrying`]: each attempt borrows the buffer mutably, in turn.
         for n in 1.. {
-            let attempt = self.get_attempt(&url, &headers, &mut buf[..]);
+            let attempt = self.get_attempt(&url, &headers, &mut *buf);
             let outcome = tokio::time::timeout(self.attempt_timeout, attempt).await;
             if let ControlFlow::Break(r) = self.settle("get", n, outcome).await {
                 return r;
@@ -407,10 +406,10 @@ impl Direct {
         let mut off = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
-                Failure::Retry(BackendError::Connection {
-                    op: "get",
-                    message: format!("reading the body: {}", DisplayErrorContext(&e)),
-                })
+                Failure::Retry(BackendError::connection(
+                    "get",
+                    format!("reading the body: {}", DisplayErrorContext(&e)),
+                ))
             })?;
             let Ok(chunk) = frame.into_data() else {
                 continue;
@@ -430,12 +429,10 @@ impl Direct {
         if let Some(want) = expected_crc.filter(|c| !c.contains('-')) {
             let got = crc32c_header(buf);
             if got != want {
-                return Err(Failure::Retry(BackendError::Io {
-                    op: "get",
-                    message: format!(
-                        "CRC32C mismatch: the store declared {want}, the body has {got}"
-                    ),
-                }));
+                return Err(Failure::Retry(BackendError::io(
+                    "get",
+                    format!("CRC32C mismatch: the store declared {want}, the body has {got}"),
+                )));
             }
         }
         Ok(Fetched::Hit)
@@ -502,11 +499,23 @@ async fn status_failure(op: &'static str, resp: http::Response<hyper::body::Inco
         message.push_str(": ");
         message.push_str(&m);
     }
-    let e = BackendError::Io { op, message };
+    let e = BackendError::new(status_kind(status.as_u16()), op, message);
     if status.is_server_error() || status.as_u16() == 429 {
         Failure::Retry(e)
     } else {
         Failure::Final(e)
+    }
+}
+
+/// The kind of failure an HTTP status stands for.
+pub(crate) fn status_kind(status: u16) -> ErrorKind {
+    match status {
+        401 | 403 => ErrorKind::Permission,
+        404 => ErrorKind::NotFound,
+        408 => ErrorKind::Timeout,
+        429 | 503 => ErrorKind::Throttled,
+        400..=499 => ErrorKind::Invalid,
+        _ => ErrorKind::Other,
     }
 }
 

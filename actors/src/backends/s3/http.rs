@@ -110,24 +110,21 @@ pub fn tls_config(
         let _ = roots.add(cert);
     }
     if let Some(path) = ca_bundle {
-        let certs = CertificateDer::pem_file_iter(path).map_err(|e| BackendError::Invalid {
-            reason: format!("s3_ca_bundle {}: {e}", path.display()),
-        })?;
+        let certs = CertificateDer::pem_file_iter(path)
+            .map_err(|e| BackendError::invalid(format!("s3_ca_bundle {}: {e}", path.display())))?;
         for cert in certs {
-            let cert = cert.map_err(|e| BackendError::Invalid {
-                reason: format!("s3_ca_bundle {}: {e}", path.display()),
+            let cert = cert.map_err(|e| {
+                BackendError::invalid(format!("s3_ca_bundle {}: {e}", path.display()))
             })?;
-            roots.add(cert).map_err(|e| BackendError::Invalid {
-                reason: format!("s3_ca_bundle {}: {e}", path.display()),
+            roots.add(cert).map_err(|e| {
+                BackendError::invalid(format!("s3_ca_bundle {}: {e}", path.display()))
             })?;
         }
     }
     let provider = std::sync::Arc::new(rustls::crypto::aws_lc_rs::default_provider());
     Ok(rustls::ClientConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|e| BackendError::Invalid {
-            reason: format!("TLS setup: {e}"),
-        })?
+        .map_err(|e| BackendError::invalid(format!("TLS setup: {e}")))?
         .with_root_certificates(roots)
         .with_no_client_auth())
 }

@@ -29,7 +29,8 @@ use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
+use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 
 use client::{build_clients, current_credentials, io_runtime, send_put};
@@ -39,9 +40,12 @@ pub use config::{
 };
 pub use direct::Direct;
 
+use crate::buffer::LoadBuf;
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Observed, Recovered, Removed, Storage};
+use crate::storage::{
+    answer_known, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage,
+};
 
 /// Consecutive connection-level failures that open the breaker.
 pub const BREAKER_THRESHOLD: u32 = 3;
@@ -76,21 +80,38 @@ impl Breaker {
             }
             BreakerState::Open { since } => {
                 self.fast_failures += 1;
-                Err(BackendError::Unavailable {
-                    reason: format!(
+                Err(BackendError::unavailable(format!(
                         "circuit breaker open after {} consecutive connection failures; next probe in {:.1}s",
                         self.failures,
                         self.cooldown.saturating_sub(since.elapsed()).as_secs_f64()
-                    ),
-                })
+                    )))
             }
             BreakerState::HalfOpen => {
                 self.fast_failures += 1;
-                Err(BackendError::Unavailable {
-                    reason: "circuit breaker half-open: waiting for the probe".into(),
-                })
+                Err(BackendError::unavailable(
+                    "circuit breaker half-open: waiting for the probe",
+                ))
             }
         }
+    }
+
+    /// Follows the outcome of one operation's results (see [`Breaker::record`]): a request
+    /// that reached the store counts as ok (a "not found" too), one that could not reach it
+    /// or timed out as a connection failure, one the breaker refused as refused.
+    fn observe<'a, T: 'a>(
+        &mut self,
+        results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
+    ) {
+        let (mut ok, mut failed, mut refused) = (0, 0, 0);
+        for r in results {
+            match r.as_ref().map_err(BackendError::kind) {
+                Ok(_) => ok += 1,
+                Err(ErrorKind::Connection | ErrorKind::Timeout) => failed += 1,
+                Err(ErrorKind::Unavailable) => refused += 1,
+                Err(_) => {}
+            }
+        }
+        self.record(ok, failed, refused);
     }
 
     /// Follows one operation's outcome. `refused` items were turned away by [`Breaker::admit`]
@@ -153,22 +174,26 @@ pub const SDK_FALLBACK_WITHIN: Duration = Duration::from_secs(60);
 /// After a failed refresh, wait this long before the next try.
 const REFRESH_RETRY: Duration = Duration::from_secs(10);
 
+/// A refresh that has not answered in this long is abandoned and tried again later.
+const REFRESH_DEADLINE: Duration = Duration::from_secs(60);
+
 type Refreshed = Result<aws_credential_types::Credentials, String>;
 
-/// The direct data path and its credentials, owned by the storage. A refresh runs on the S3
-/// runtime and sends its result back on a channel that the storage drains at its next data
-/// request (no lock: only the storage's owner, the backend actor, touches this).
+/// The direct data path and its credentials, owned by the storage. A refresh runs as a task on
+/// the S3 runtime; the storage keeps its handle and looks at it (without waiting) at its next
+/// data request. No channel and no lock: only the storage's owner, the backend actor, touches
+/// this. A refresh task that panics counts as a failed refresh; one that hangs past
+/// [`REFRESH_DEADLINE`] is aborted; either way another is tried after [`REFRESH_RETRY`].
 struct DirectPath {
     /// The signer for new requests; requests in flight keep the one they started with.
     direct: Arc<Direct>,
     provider: SharedCredentialsProvider,
     /// When the current credentials expire (`None`: long-lived).
     expiry: Option<SystemTime>,
-    refreshing: bool,
+    /// The refresh in flight, and when it started.
+    refreshing: Option<(tokio::task::JoinHandle<Refreshed>, Instant)>,
     retry_at: Option<Instant>,
     refreshes: u64,
-    tx: flume::Sender<Refreshed>,
-    rx: flume::Receiver<Refreshed>,
 }
 
 impl DirectPath {
@@ -177,24 +202,57 @@ impl DirectPath {
         provider: SharedCredentialsProvider,
         expiry: Option<SystemTime>,
     ) -> Self {
-        let (tx, rx) = flume::unbounded();
         Self {
             direct: Arc::new(direct),
             provider,
             expiry,
-            refreshing: false,
+            refreshing: None,
             retry_at: None,
             refreshes: 0,
-            tx,
-            rx,
         }
     }
 
     /// The signer for the next requests, or `None` when they should take the SDK path (the
     /// credentials are about to expire). Applies a finished refresh and starts one when due.
     fn signer(&mut self, runtime: &tokio::runtime::Handle) -> Option<Arc<Direct>> {
-        while let Ok(res) = self.rx.try_recv() {
-            self.refreshing = false;
+        if let Some((task, started)) = self.refreshing.as_mut() {
+            let res = match task.now_or_never() {
+                Some(Ok(res)) => Some(res),
+                Some(Err(e)) => Some(Err(format!("the refresh task failed: {e}"))),
+                None if started.elapsed() >= REFRESH_DEADLINE => {
+                    task.abort();
+                    Some(Err(format!(
+                        "no answer from the credential source within {}s",
+                        REFRESH_DEADLINE.as_secs()
+                    )))
+                }
+                None => None,
+            };
+            if let Some(res) = res {
+                self.refreshing = None;
+                self.apply(res);
+            }
+        }
+        let Some(expiry) = self.expiry else {
+            return Some(self.direct.clone());
+        };
+        let left = expiry
+            .duration_since(SystemTime::now())
+            .unwrap_or(Duration::ZERO);
+        if left <= REFRESH_AHEAD
+            && self.refreshing.is_none()
+            && self.retry_at.is_none_or(|t| Instant::now() >= t)
+        {
+            let provider = self.provider.clone();
+            let task = runtime.spawn(async move { current_credentials(&provider).await });
+            self.refreshing = Some((task, Instant::now()));
+        }
+        (left > SDK_FALLBACK_WITHIN).then(|| self.direct.clone())
+    }
+
+    /// Takes a refresh's result: fresh credentials for the signer, or a time to try again.
+    fn apply(&mut self, res: Refreshed) {
+        {
             match res {
                 Ok(creds) => {
                     self.expiry = creds.expiry();
@@ -209,23 +267,6 @@ impl DirectPath {
                 }
             }
         }
-        let Some(expiry) = self.expiry else {
-            return Some(self.direct.clone());
-        };
-        let left = expiry
-            .duration_since(SystemTime::now())
-            .unwrap_or(Duration::ZERO);
-        if left <= REFRESH_AHEAD
-            && !self.refreshing
-            && self.retry_at.is_none_or(|t| Instant::now() >= t)
-        {
-            self.refreshing = true;
-            let (provider, tx) = (self.provider.clone(), self.tx.clone());
-            runtime.spawn(async move {
-                let _ = tx.send(current_credentials(&provider).await);
-            });
-        }
-        (left > SDK_FALLBACK_WITHIN).then(|| self.direct.clone())
     }
 
     fn status(&self) -> serde_json::Value {
@@ -277,12 +318,17 @@ where
     E: std::error::Error + Send + Sync + 'static,
 {
     let message = DisplayErrorContext(&e).to_string();
-    match e {
-        SdkError::DispatchFailure(_) | SdkError::TimeoutError(_) => {
-            BackendError::Connection { op, message }
+    let kind = match &e {
+        SdkError::DispatchFailure(_) => ErrorKind::Connection,
+        SdkError::TimeoutError(_) => ErrorKind::Timeout,
+        SdkError::ServiceError(_) | SdkError::ResponseError(_) => {
+            e.raw_response().map_or(ErrorKind::Other, |r| {
+                direct::status_kind(r.status().as_u16())
+            })
         }
-        _ => BackendError::Io { op, message },
-    }
+        _ => ErrorKind::Other,
+    };
+    BackendError::new(kind, op, message).with_source(e)
 }
 
 impl S3Storage {
@@ -316,9 +362,9 @@ impl S3Storage {
         resolve_to: Option<std::net::IpAddr>,
         credentials: Option<SharedCredentialsProvider>,
     ) -> Result<Self, BackendError> {
-        let endpoint = cfg.validate().map_err(|e| BackendError::Invalid {
-            reason: e.to_string(),
-        })?;
+        let endpoint = cfg
+            .validate()
+            .map_err(|e| BackendError::invalid(e.to_string()))?;
         let runtime = io_runtime(cfg).map_err(|e| BackendError::io("open", e))?;
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
@@ -383,20 +429,23 @@ impl S3Storage {
     }
 
     /// Runs one request per item on the S3 runtime (each its own task, so they spread over its
-    /// threads), unless the breaker refuses; results keep input order.
-    fn per_item<I, T, F, Fut>(&mut self, op: &'static str, items: Vec<I>, f: F) -> Io<Vec<T>>
+    /// threads), unless the breaker refuses; results keep input order. When they are in, the
+    /// breaker follows them (on the actor's thread, through [`Io::then`]).
+    fn per_item<I, T, F, Fut>(
+        &mut self,
+        op: &'static str,
+        items: Vec<I>,
+        f: F,
+    ) -> Io<Vec<Result<T, BackendError>>>
     where
         I: Send + 'static,
         T: Send + 'static,
         F: Fn(Arc<Shared>, I) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = T> + Send + 'static,
-        T: From<BackendError>,
+        Fut: Future<Output = Result<T, BackendError>> + Send + 'static,
     {
         let n = items.len();
         if let Err(e) = self.breaker.admit() {
-            return Io::Ready(Vec::from_iter(
-                std::iter::repeat_with(|| T::from(e.clone())).take(n),
-            ));
+            return Io::ready((0..n).map(|_| Err(e.clone())).collect());
         }
         let handles: Vec<_> = items
             .into_iter()
@@ -409,49 +458,34 @@ impl S3Storage {
                 })
             })
             .collect();
-        Io::pending(async move {
-            let mut out = Vec::with_capacity(n);
-            for h in handles {
-                out.push(h.await.unwrap_or_else(|e| {
-                    T::from(BackendError::Worker {
-                        op,
-                        reason: e.to_string(),
-                    })
-                }));
-            }
-            out
-        })
+        Io::pending_then(
+            async move {
+                let mut out = Vec::with_capacity(n);
+                for h in handles {
+                    out.push(
+                        h.await
+                            .unwrap_or_else(|e| Err(BackendError::worker(op, e.to_string()))),
+                    );
+                }
+                out
+            },
+            |s: &mut S3Storage, out: Vec<Result<T, BackendError>>| {
+                s.breaker.observe(&out);
+                out
+            },
+        )
     }
 }
 
-/// A load result that can stand for a refused request (the buffer is lost only if the task
-/// panicked, in which case a fresh one of the same length is returned).
-struct GetResult(BytesMut, Result<Fetched, BackendError>);
-
-impl From<BackendError> for GetResult {
-    fn from(e: BackendError) -> Self {
-        GetResult(BytesMut::new(), Err(e))
-    }
-}
-
-/// A plain per-item result.
-struct Item<T>(Result<T, BackendError>);
-
-impl<T> From<BackendError> for Item<T> {
-    fn from(e: BackendError) -> Self {
-        Item(Err(e))
-    }
-}
-
+/// Reads one object into the caller's buffer (body frames copied straight into it).
 async fn get_one(
     shared: Arc<Shared>,
     direct: Option<Arc<Direct>>,
     key: ObjectKey,
-    mut buf: BytesMut,
-) -> (BytesMut, Result<Fetched, BackendError>) {
+    buf: &mut [u8],
+) -> Result<Fetched, BackendError> {
     if let Some(direct) = direct {
-        let res = direct.get(&shared.object_key(&key), &mut buf).await;
-        return (buf, res);
+        return direct.get(&shared.object_key(&key), buf).await;
     }
     let mut req = shared
         .client
@@ -468,20 +502,17 @@ async fn get_one(
             let not_found = e.as_service_error().is_some_and(|s| s.is_no_such_key())
                 || e.raw_response().is_some_and(|r| r.status().as_u16() == 404);
             return if not_found {
-                (buf, Ok(Fetched::Absent))
+                Ok(Fetched::Absent)
             } else {
-                (buf, Err(classify("get", e)))
+                Err(classify("get", e))
             };
         }
     };
     let declared = resp.content_length().unwrap_or(-1);
     if declared != buf.len() as i64 {
-        return (
-            buf,
-            Ok(Fetched::SizeMismatch {
-                actual: declared.max(0) as u64,
-            }),
-        );
+        return Ok(Fetched::SizeMismatch {
+            actual: declared.max(0) as u64,
+        });
     }
     let mut body = resp.body;
     let mut off = 0usize;
@@ -491,27 +522,19 @@ async fn get_one(
                 let end = off + chunk.len();
                 if end > buf.len() {
                     // The server sent more than it declared: a miss, never a partial copy.
-                    return (buf, Ok(Fetched::SizeMismatch { actual: end as u64 }));
+                    return Ok(Fetched::SizeMismatch { actual: end as u64 });
                 }
                 buf[off..end].copy_from_slice(&chunk);
                 off = end;
             }
             Ok(None) => break,
-            Err(e) => {
-                return (
-                    buf,
-                    Err(BackendError::Connection {
-                        op: "get",
-                        message: e.to_string(),
-                    }),
-                )
-            }
+            Err(e) => return Err(BackendError::connection("get", e.to_string()).with_source(e)),
         }
     }
     if off != buf.len() {
-        return (buf, Ok(Fetched::SizeMismatch { actual: off as u64 }));
+        return Ok(Fetched::SizeMismatch { actual: off as u64 });
     }
-    (buf, Ok(Fetched::Hit))
+    Ok(Fetched::Hit)
 }
 
 /// A PUT through the SDK.
@@ -605,67 +628,57 @@ impl Storage for S3Storage {
 
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
         let direct = self.signer();
-        let io = self.per_item(
+        self.per_item(
             "put",
             items,
             move |shared, (key, data): (ObjectKey, Bytes)| {
                 let direct = direct.clone();
                 async move {
                     match direct {
-                        Some(d) => Item(d.put(&shared.object_key(&key), data).await),
-                        None => Item(sdk_put(&shared, &key, data).await),
+                        Some(d) => d.put(&shared.object_key(&key), data).await,
+                        None => sdk_put(&shared, &key, data).await,
                     }
                 }
             },
-        );
-        map_io(io, |v| v.into_iter().map(|i| i.0).collect())
+        )
     }
 
-    fn head(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        let direct = self.signer();
-        let io = self.per_item("head", keys, move |shared, key: ObjectKey| {
-            let direct = direct.clone();
-            async move {
-                match direct {
-                    Some(d) => Item(d.head(&shared.object_key(&key)).await),
-                    None => Item(sdk_head(&shared, &key).await),
-                }
-            }
-        });
-        map_io(io, |v| v.into_iter().map(|i| i.0).collect())
-    }
-
-    fn get(
+    /// The ledger is the size cache, trusted only while the breaker is closed: with the store
+    /// unreachable, a size-cache hit would lock a key whose load must miss.
+    fn head(
         &mut self,
-        items: Vec<(ObjectKey, BytesMut)>,
-    ) -> Io<Vec<(BytesMut, Result<Fetched, BackendError>)>> {
-        let lens: Vec<usize> = items.iter().map(|(_, b)| b.len()).collect();
-        let direct = self.signer();
-        let io = self.per_item(
-            "get",
-            items,
-            move |shared, (key, buf): (ObjectKey, BytesMut)| {
+        keys: Vec<(ObjectKey, Option<u64>)>,
+    ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        let trust = self.breaker.state == BreakerState::Closed;
+        let keys = if trust {
+            keys
+        } else {
+            keys.into_iter().map(|(k, _)| (k, None)).collect()
+        };
+        answer_known(keys, |unknown| {
+            let direct = self.signer();
+            self.per_item("head", unknown, move |shared, key: ObjectKey| {
                 let direct = direct.clone();
                 async move {
-                    let (buf, res) = get_one(shared, direct, key, buf).await;
-                    GetResult(buf, res)
+                    match direct {
+                        Some(d) => d.head(&shared.object_key(&key)).await,
+                        None => sdk_head(&shared, &key).await,
+                    }
                 }
-            },
-        );
-        map_io(io, move |v| {
-            v.into_iter()
-                .enumerate()
-                .map(|(i, GetResult(buf, res))| {
-                    // A refused or failed task has no buffer: hand back one of the right size.
-                    let buf = if buf.len() == lens[i] {
-                        buf
-                    } else {
-                        BytesMut::zeroed(lens[i])
-                    };
-                    (buf, res)
-                })
-                .collect()
+            })
         })
+    }
+
+    fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
+        let direct = self.signer();
+        self.per_item(
+            "get",
+            items,
+            move |shared, (key, mut buf): (ObjectKey, LoadBuf)| {
+                let direct = direct.clone();
+                async move { get_one(shared, direct, key, &mut buf).await }
+            },
+        )
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
@@ -683,7 +696,7 @@ impl Storage for S3Storage {
                     .and_then(|ids| Delete::builder().set_objects(Some(ids)).quiet(true).build())
                 {
                     Ok(d) => d,
-                    Err(e) => return Item(Err(BackendError::io("delete", e))),
+                    Err(e) => return Err(BackendError::io("delete", e)),
                 };
                 let res = shared
                     .client
@@ -692,7 +705,7 @@ impl Storage for S3Storage {
                     .delete(delete)
                     .send()
                     .await;
-                Item(match res {
+                match res {
                     Ok(out) => {
                         // Quiet mode lists only the failures.
                         let failed: std::collections::HashMap<&str, String> = out
@@ -711,14 +724,14 @@ impl Storage for S3Storage {
                             .collect::<Vec<_>>())
                     }
                     Err(e) => Err(classify("delete", e)),
-                })
+                }
             },
         );
         let sizes: Vec<usize> = keys.chunks(DELETE_BATCH).map(|c| c.len()).collect();
-        map_io(io, move |v| {
+        io.map(move |v| {
             v.into_iter()
                 .zip(sizes)
-                .flat_map(|(Item(res), n)| match res {
+                .flat_map(|(res, n)| match res {
                     Ok(per_key) => per_key,
                     Err(e) => vec![Err(e); n],
                 })
@@ -736,19 +749,17 @@ impl Storage for S3Storage {
             "list",
             vec![(model, cursor)],
             move |shared, (model, cursor): (Option<String>, Option<String>)| async move {
-                Item(
-                    list_page(&shared, model.as_deref(), cursor.as_deref(), limit)
-                        .await
-                        .map(|(entries, next)| KeyPage {
-                            entries: entries.into_iter().map(|(_, k, s, _)| (k, s)).collect(),
-                            next,
-                        }),
-                )
+                list_page(&shared, model.as_deref(), cursor.as_deref(), limit)
+                    .await
+                    .map(|(entries, next)| KeyPage {
+                        entries: entries.into_iter().map(|(_, k, s, _)| (k, s)).collect(),
+                        next,
+                    })
             },
         );
-        map_io(io, |mut v| {
+        io.map(|mut v| {
             v.pop()
-                .map_or_else(|| Err(BackendError::io("list", "no reply")), |i| i.0)
+                .unwrap_or_else(|| Err(BackendError::io("list", "no reply")))
         })
     }
 
@@ -771,34 +782,17 @@ impl Storage for S3Storage {
                         }));
                         match next {
                             Some(n) => cursor = Some(n),
-                            None => return Item(Ok(found)),
+                            None => return Ok(found),
                         }
                     }
-                    Err(e) => return Item(Err(e)),
+                    Err(e) => return Err(e),
                 }
             }
         });
-        Some(map_io(io, |mut v| {
+        Some(io.map(|mut v| {
             v.pop()
-                .map_or_else(|| Err(BackendError::io("recover", "no reply")), |i| i.0)
+                .unwrap_or_else(|| Err(BackendError::io("recover", "no reply")))
         }))
-    }
-
-    /// Only while the breaker is closed: with the store unreachable, a size-cache hit would
-    /// lock a key whose load must miss.
-    fn lookups_trust_ledger(&self) -> bool {
-        self.breaker.state == BreakerState::Closed
-    }
-
-    fn observe(&mut self, what: Observed<'_>) {
-        if let Observed::Health {
-            ok,
-            connection_failures,
-            refused,
-        } = what
-        {
-            self.breaker.record(ok, connection_failures, refused);
-        }
     }
 
     fn is_healthy(&self) -> bool {
@@ -837,13 +831,6 @@ impl Drop for S3Storage {
     fn drop(&mut self) {
         // A runtime must not be dropped inside another runtime's context.
         self.close();
-    }
-}
-
-fn map_io<T: 'static, U: 'static>(io: Io<T>, f: impl FnOnce(T) -> U + 'static) -> Io<U> {
-    match io {
-        Io::Ready(v) => Io::Ready(f(v)),
-        Io::Pending(fut) => Io::pending(async move { f(fut.await) }),
     }
 }
 
@@ -929,10 +916,8 @@ mod tests {
 
     async fn put_one(st: &mut S3Storage, i: u8) -> Result<(), BackendError> {
         let key = ObjectKey::new("m", 0, vec![i]).unwrap();
-        let mut res = match st.put(vec![(key, Bytes::from_static(b"data"))]) {
-            Io::Ready(v) => v,
-            Io::Pending(f) => f.await,
-        };
+        let io = st.put(vec![(key, Bytes::from_static(b"data"))]);
+        let mut res = io.resolve(st).await;
         res.pop().unwrap()
     }
 

@@ -690,7 +690,7 @@ async fn retained_load(
 
             async move {
                 let t = Instant::now();
-                let res = tier.load(keys, bufs).await.map_err(|e| e.to_string());
+                let res: Result<_, String> = Ok(tier.load(keys, bufs).await);
                 (r, res, t.elapsed())
             }
         })
@@ -726,7 +726,7 @@ async fn retained_load(
     }
     let buffers = loaded
         .into_iter()
-        .filter_map(|(_, res, _)| res.ok().map(|r| r.buffers))
+        .filter_map(|(_, res, _)| res.ok()?.into_parts::<BytesMut>().ok().map(|(_, b)| b))
         .collect();
     (load_phase, load_hits, mismatched, missed_locked, buffers)
 }
@@ -750,7 +750,7 @@ async fn stream_load(
                 .map(|_| BytesMut::zeroed(opts.chunk_size))
                 .collect();
             let t = Instant::now();
-            let res = tier.load(keys, bufs).await;
+            let res: Result<_, String> = Ok(tier.load::<BytesMut>(keys, bufs).await);
             let d = t.elapsed();
             let (mut hits, mut bad, mut missed) = (0, 0, 0);
             match res {

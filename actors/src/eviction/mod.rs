@@ -1,28 +1,73 @@
-//! The eviction actor: one LRU per adapter, fed by usage events.
+//! The eviction actor, and the eviction policies (one file each, behind [`EvictionPolicy`]).
 //!
-//! It subscribes to every backend's [`UsageEvent`]s and keeps, per adapter with an `eviction`
-//! policy and a capacity, the keys in recency order (stores and lookup hits refresh it) with their
-//! sizes. When usage reaches `trigger_watermark × capacity` it asks the backend to remove
-//! `floor(n × eviction_ratio)` keys (at least 1 when the ratio is > 0), least recent first; the
-//! backend skips locked keys, which stay candidates for the next round. Checks run after every
-//! store event, right after a round that removed something, and on a timer.
+//! It subscribes to the usage events of every backend whose adapter has an `eviction` policy
+//! and a capacity. Per adapter it keeps a policy (recency, or whatever the policy orders by,
+//! fed by the events: stores and lookup hits) and the adapter's latest usage **as the backend
+//! reports it** (every event carries the backend ledger's total; after a round it asks with
+//! [`GetUsage`]). The backend's ledger is the only account of usage: there is no second total
+//! here, so nothing to reconcile when a store and an eviction race.
+//!
+//! When usage reaches `trigger_watermark × capacity` it asks the backend to remove
+//! `floor(n × eviction_ratio)` keys (at least 1 when the ratio is > 0), in the policy's order;
+//! the backend skips locked keys and keys it does not hold, which stay candidates for the next
+//! round. Checks run after every store event, right after a round that removed something, and
+//! on a timer. At most one round per adapter is in flight.
+//!
+//! Policies: [`lru::Lru`] (`"LRU"`) and [`noop::Noop`] (`"noop"`). A new policy is one file
+//! implementing [`EvictionPolicy`], plus its name in [`crate::config::EvictionPolicy`].
+
+pub mod lru;
+pub mod noop;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use actix::prelude::*;
-use lru::LruCache;
 use serde::Serialize;
 
-use crate::config::{EvictionConfig, EvictionPolicy};
-use crate::key::{BuildDigestHasher, KeyMap, ObjectKey};
-use crate::messages::{AdapterIndex, Evict, UsageEvent, UsageEventKind};
+use crate::backend::BackendActor;
+use crate::config::{EvictionConfig, EvictionPolicy as PolicyName};
+use crate::key::ObjectKey;
+use crate::messages::{AdapterIndex, Evict, GetUsage, UsageEvent, UsageEventKind};
 
 /// Default period of the timer check.
 pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 
 /// How many candidates beyond the round's count are offered, so locked keys can be skipped.
 const EXTRA_CANDIDATES: usize = 1024;
+
+/// What decides which keys go first. Fed with an adapter's usage events, in order; asked for
+/// candidates when a round starts.
+///
+/// Invariants every policy keeps: a key is tracked from its first `on_stored` until its
+/// `on_removed`; `candidates` names only tracked keys, each once, best victim first; `len` is
+/// the number of tracked keys.
+pub trait EvictionPolicy: Send + 'static {
+    /// The policy's name as configured (`LRU`, `noop`).
+    fn name(&self) -> &'static str;
+    /// A key was written (or found) with this size; stores refresh recency.
+    fn on_stored(&mut self, key: &ObjectKey, size: u64);
+    /// A lookup hit the key.
+    fn on_accessed(&mut self, key: &ObjectKey);
+    /// The key is gone.
+    fn on_removed(&mut self, key: &ObjectKey);
+    /// Up to `n` keys in eviction order.
+    fn candidates(&self, n: usize) -> Vec<ObjectKey>;
+    /// Keys tracked.
+    fn len(&self) -> usize;
+    /// True when nothing is tracked.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A new policy of the configured name.
+pub fn policy(name: PolicyName) -> Box<dyn EvictionPolicy> {
+    match name {
+        PolicyName::Lru => Box::new(lru::Lru::default()),
+        PolicyName::Noop => Box::new(noop::Noop),
+    }
+}
 
 /// Eviction settings of one adapter.
 #[derive(Debug, Clone, Copy)]
@@ -33,6 +78,13 @@ pub struct EvictionTarget {
     pub capacity_bytes: u64,
     /// Its policy.
     pub config: EvictionConfig,
+}
+
+impl EvictionTarget {
+    /// True when this adapter has something to evict with: a capacity and a policy that evicts.
+    pub fn evicts(&self) -> bool {
+        self.capacity_bytes > 0 && self.config.eviction_policy != PolicyName::Noop
+    }
 }
 
 /// Counters of one adapter's evictions.
@@ -46,29 +98,21 @@ pub struct EvictionStats {
     pub evicted_bytes: u64,
     /// Keys tracked now.
     pub tracked_keys: u64,
-    /// Bytes tracked now.
+    /// The adapter's usage as the backend last reported it.
     pub tracked_bytes: u64,
 }
 
 struct Tracked {
     target: EvictionTarget,
-    /// Per key: its size, and the stamp of the store event that last set it.
-    lru: LruCache<ObjectKey, (u64, u64), BuildDigestHasher>,
-    /// The next store stamp.
-    stamp: u64,
+    policy: Box<dyn EvictionPolicy>,
+    /// The backend's usage, as it last reported it.
     used: u64,
-    evict: Option<Recipient<Evict>>,
+    backend: Option<Addr<BackendActor>>,
     in_flight: bool,
     stats: EvictionStats,
 }
 
 impl Tracked {
-    fn forget(&mut self, key: &ObjectKey) -> Option<u64> {
-        let (size, _) = self.lru.pop(key)?;
-        self.used = self.used.saturating_sub(size);
-        Some(size)
-    }
-
     fn over_watermark(&self) -> bool {
         let cap = self.target.capacity_bytes;
         cap > 0 && self.used as f64 >= self.target.config.trigger_watermark * cap as f64
@@ -87,16 +131,15 @@ impl EvictionActor {
     pub fn new(targets: impl IntoIterator<Item = EvictionTarget>, interval: Duration) -> Self {
         let adapters = targets
             .into_iter()
-            .filter(|t| t.capacity_bytes > 0 && t.config.eviction_policy == EvictionPolicy::Lru)
+            .filter(|t| t.evicts())
             .map(|t| {
                 (
                     t.adapter,
                     Tracked {
                         target: t,
-                        lru: LruCache::unbounded_with_hasher(BuildDigestHasher::default()),
-                        stamp: 0,
+                        policy: policy(t.config.eviction_policy),
                         used: 0,
-                        evict: None,
+                        backend: None,
                         in_flight: false,
                         stats: EvictionStats::default(),
                     },
@@ -113,43 +156,42 @@ impl EvictionActor {
         if t.in_flight || !t.over_watermark() {
             return;
         }
-        let Some(evict) = t.evict.clone() else { return };
-        let count = t.target.config.keys_to_evict(t.lru.len());
+        let Some(backend) = t.backend.clone() else {
+            return;
+        };
+        let count = t.target.config.keys_to_evict(t.policy.len());
         if count == 0 {
             return;
         }
-        let (candidates, sizes): (Vec<ObjectKey>, KeyMap<(u64, u64)>) = t
-            .lru
-            .iter()
-            .rev()
-            .take(count + EXTRA_CANDIDATES)
-            .map(|(k, s)| (k.clone(), (k.clone(), *s)))
-            .unzip();
+        let candidates = t.policy.candidates(count + EXTRA_CANDIDATES);
         t.in_flight = true;
         t.stats.rounds += 1;
         tracing::debug!(adapter, count, used = t.used, "eviction round");
-        evict
-            .send(Evict { candidates, count })
+        let round = async move {
+            let removed = backend
+                .send(Evict { candidates, count })
+                .await
+                .unwrap_or_default();
+            // The backend's ledger after the round (its Deleted event may still be queued).
+            let used = backend
+                .send(GetUsage)
+                .await
+                .ok()
+                .map(|u| u.adapters.first().map_or(0, |u| u.used_bytes));
+            (removed, used)
+        };
+        round
             .into_actor(self)
-            .map(move |res, act, ctx| {
+            .map(move |(removed, used), act, ctx| {
                 let Some(t) = act.adapters.get_mut(&adapter) else {
                     return;
                 };
                 t.in_flight = false;
-                let removed = res.unwrap_or_default();
-                for key in &removed {
-                    // The backend's Deleted event may still be queued; account now so the
-                    // next check sees the new usage. But the key may have been removed and
-                    // stored again while this reply was on its way (its Deleted and then its
-                    // Stored event already seen): forget it only if no store event refreshed
-                    // it since the round began, or the new object would go untracked.
-                    let (size, stamp) = sizes.get(key).copied().unwrap_or_default();
-                    if t.lru.peek(key).is_some_and(|(_, now)| *now == stamp) {
-                        t.forget(key);
-                    }
-                    t.stats.evicted_keys += 1;
-                    t.stats.evicted_bytes += size;
+                if let Some(used) = used {
+                    t.used = used;
                 }
+                t.stats.evicted_keys += removed.len() as u64;
+                t.stats.evicted_bytes += removed.iter().map(|(_, s)| s).sum::<u64>();
                 if !removed.is_empty() {
                     act.check(adapter, ctx);
                 }
@@ -171,14 +213,14 @@ impl Actor for EvictionActor {
     }
 }
 
-/// Gives the eviction actor the backend to send [`Evict`] to for an adapter.
+/// Gives the eviction actor the backend of an adapter (for [`Evict`] and [`GetUsage`]).
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct AttachBackend {
     /// The adapter.
     pub adapter: AdapterIndex,
     /// Its backend actor.
-    pub evict: Recipient<Evict>,
+    pub backend: Addr<BackendActor>,
 }
 
 impl Handler<AttachBackend> for EvictionActor {
@@ -186,7 +228,7 @@ impl Handler<AttachBackend> for EvictionActor {
 
     fn handle(&mut self, msg: AttachBackend, ctx: &mut Context<Self>) {
         if let Some(t) = self.adapters.get_mut(&msg.adapter) {
-            t.evict = Some(msg.evict);
+            t.backend = Some(msg.backend);
             self.check(msg.adapter, ctx);
         }
     }
@@ -199,25 +241,22 @@ impl Handler<UsageEvent> for EvictionActor {
         let Some(t) = self.adapters.get_mut(&msg.adapter) else {
             return;
         };
+        t.used = msg.used_bytes;
         match msg.kind {
             UsageEventKind::Stored { keys, sizes } => {
-                for (key, size) in keys.into_iter().zip(sizes) {
-                    t.stamp += 1;
-                    if let Some((old, _)) = t.lru.put(key, (size, t.stamp)) {
-                        t.used = t.used.saturating_sub(old);
-                    }
-                    t.used += size;
+                for (key, size) in keys.iter().zip(sizes) {
+                    t.policy.on_stored(key, size);
                 }
                 self.check(msg.adapter, ctx);
             }
             UsageEventKind::Accessed { keys } => {
                 for key in &keys {
-                    t.lru.promote(key);
+                    t.policy.on_accessed(key);
                 }
             }
             UsageEventKind::Deleted { keys, .. } => {
                 for key in &keys {
-                    t.forget(key);
+                    t.policy.on_removed(key);
                 }
             }
         }
@@ -238,7 +277,7 @@ impl Handler<GetEvictionStats> for EvictionActor {
             .iter()
             .map(|(id, t)| {
                 let mut s = t.stats;
-                s.tracked_keys = t.lru.len() as u64;
+                s.tracked_keys = t.policy.len() as u64;
                 s.tracked_bytes = t.used;
                 (*id, s)
             })
@@ -248,7 +287,7 @@ impl Handler<GetEvictionStats> for EvictionActor {
     }
 }
 
-/// The keys of an adapter from least to most recently used (for tests and diagnostics).
+/// The keys of an adapter in eviction order, first victim first (for tests and diagnostics).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Vec<ObjectKey>")]
 pub struct GetLruOrder(pub AdapterIndex);
@@ -260,7 +299,7 @@ impl Handler<GetLruOrder> for EvictionActor {
         MessageResult(
             self.adapters
                 .get(&msg.0)
-                .map(|t| t.lru.iter().rev().map(|(k, _)| k.clone()).collect())
+                .map(|t| t.policy.candidates(usize::MAX))
                 .unwrap_or_default(),
         )
     }
