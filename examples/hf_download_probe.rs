@@ -38,7 +38,6 @@ use kvtier::actors::backends::hfbucket::xet::{self, XetReader};
 use kvtier::actors::backends::hfbucket::BucketHandle;
 use kvtier::actors::config::Secret;
 use kvtier::actors::storage::Fetched;
-use kvtier::bench::{parse_size, process_cpu_secs};
 use rand::{RngCore, SeedableRng};
 use serde_json::json;
 
@@ -191,6 +190,31 @@ fn pass(
         assert!(b[..] == p[..], "{} returned wrong bytes", path.name());
     }
     (secs, cpu)
+}
+
+/// Parses `4MiB`, `256K`, `65536` (binary multiples), like `kvtier bench --chunk-size`.
+fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        _ => return None,
+    };
+    num.parse::<usize>().ok()?.checked_mul(mult)
+}
+
+/// This process's user + system CPU seconds so far (all threads); 0 if `getrusage` fails.
+fn process_cpu_secs() -> f64 {
+    // SAFETY: getrusage only writes into the zeroed struct we pass; on failure it stays zeroed,
+    // which is a valid value.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
 fn median(v: &mut [f64]) -> f64 {

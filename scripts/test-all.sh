@@ -27,5 +27,14 @@ cargo fmt --all -- --check
 step "clippy (-D warnings)"
 cargo clippy --workspace --all-targets -- -D warnings
 
+step "clippy, minimal runtime: fs + memory, no s3/hfbucket (--no-default-features)"
+cargo clippy --workspace --all-targets --no-default-features -- -D warnings
+
+step "rustdoc (-D warnings)"
+RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
+
 step "tests"
 cargo test --workspace --no-fail-fast
+
+step "tests, minimal runtime (an s3/hfbucket adapter is a named config error)"
+cargo test --no-default-features --test config

@@ -16,8 +16,10 @@ use std::path::{Path, PathBuf};
 
 use kvtier_actors::backends::fault_inject::FaultInjectConfig;
 use kvtier_actors::backends::fs::FsConfig;
+#[cfg(feature = "hfbucket")]
 use kvtier_actors::backends::hfbucket::HfBucketConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
+#[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Config;
 use kvtier_actors::config::{CommonConfig, FieldError};
 use serde::de::DeserializeOwned;
@@ -30,7 +32,8 @@ pub const DEFAULT_FILE: &str = "kvtier.toml";
 pub const ENV_PREFIX: &str = "KVTIER";
 /// Default period of the eviction actor's timer, in milliseconds.
 pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
-/// Adapter types known to this build.
+/// Adapter types kvtier knows. `s3` and `hfbucket` need the crate features of the same names
+/// (see [`missing_feature`]); the others are always built.
 pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3", "hfbucket", "fault_inject"];
 /// Fields whose values are never printed.
 pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
@@ -104,9 +107,11 @@ pub enum AdapterSpec {
     Memory(MemoryConfig),
     /// `type = "fs"`.
     Fs(FsConfig),
-    /// `type = "s3"`.
+    /// `type = "s3"` (feature `s3`).
+    #[cfg(feature = "s3")]
     S3(S3Config),
-    /// `type = "hfbucket"`.
+    /// `type = "hfbucket"` (feature `hfbucket`).
+    #[cfg(feature = "hfbucket")]
     #[serde(rename = "hfbucket")]
     HfBucket(HfBucketConfig),
     /// `type = "fault_inject"`: another adapter with injected faults.
@@ -166,7 +171,9 @@ impl AdapterSpec {
         match self {
             AdapterSpec::Memory(_) => "memory",
             AdapterSpec::Fs(_) => "fs",
+            #[cfg(feature = "s3")]
             AdapterSpec::S3(_) => "s3",
+            #[cfg(feature = "hfbucket")]
             AdapterSpec::HfBucket(_) => "hfbucket",
             AdapterSpec::FaultInject(_) => "fault_inject",
         }
@@ -423,16 +430,22 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
             c.validate().map_err(field_err)?;
             AdapterSpec::Fs(c)
         }
+        #[cfg(feature = "s3")]
         "s3" => {
             let c: S3Config = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
             c.validate().map_err(field_err)?;
             AdapterSpec::S3(c)
         }
+        #[cfg(feature = "hfbucket")]
         "hfbucket" => {
             let c: HfBucketConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
             c.validate().map_err(field_err)?;
             AdapterSpec::HfBucket(c)
         }
+        #[cfg(not(feature = "s3"))]
+        "s3" => return Err(err(&kind, "type", missing_feature("s3"))),
+        #[cfg(not(feature = "hfbucket"))]
+        "hfbucket" => return Err(err(&kind, "type", missing_feature("hfbucket"))),
         "fault_inject" => {
             let c: FaultInjectConfig = strict(rest).map_err(|(f, m)| err(&kind, &f, m))?;
             c.validate().map_err(field_err)?;
@@ -453,6 +466,15 @@ pub fn parse_adapter(index: usize, value: Value) -> Result<AdapterConfig, Config
         }
     };
     Ok(AdapterConfig { common, spec })
+}
+
+/// The error message for an adapter type whose crate feature this build lacks: `kind` is both
+/// the adapter type and the feature's name (`s3`, `hfbucket`).
+pub fn missing_feature(kind: &str) -> String {
+    format!(
+        "adapter type {kind:?} is not in this build: kvtier was built without its cargo feature \
+         `{kind}`; rebuild with `--features {kind}` (a default feature)"
+    )
 }
 
 /// Parses the `inner` adapter of a `fault_inject` adapter: strictly, like a top-level adapter,

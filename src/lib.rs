@@ -10,6 +10,12 @@
 //! * [`logging`]: a log filter that keeps dependencies from printing credentials.
 //! * [`kvtier_actors`] (re-exported as [`actors`]): keys, messages, actors and backends.
 //!
+//! Cargo features, both on by default: `s3` (the `s3` adapter) and `hfbucket` (the `hfbucket`
+//! adapter); each turns on the feature of the same name in `kvtier-actors`. Without them
+//! (`--no-default-features`) the runtime has the `memory`, `fs` and `fault_inject` adapters, and
+//! a configuration naming `s3` or `hfbucket` is a [`ConfigError`] that names the missing feature.
+//! The `kvtier` command line and its bench are a binary (`src/bin/kvtier`), not library API.
+//!
 //! ```no_run
 //! use bytes::{Bytes, BytesMut};
 //! use kvtier::{AdapterConfig, ObjectKey, Tier, TierConfig};
@@ -30,8 +36,6 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
-pub mod cli;
 pub mod config;
 pub mod logging;
 pub mod tier;

@@ -14,8 +14,10 @@ use actix::prelude::*;
 use bytes::Bytes;
 use kvtier_actors::backends::fault_inject::FaultInjectStorage;
 use kvtier_actors::backends::fs::FsStorage;
+#[cfg(feature = "hfbucket")]
 use kvtier_actors::backends::hfbucket::HfStorage;
 use kvtier_actors::backends::memory::MemoryStorage;
+#[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::buffer::{lend, lend_sources};
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
@@ -280,6 +282,11 @@ type Opening<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Storage>, BackendE
 
 /// Opens any adapter's storage (a `fault_inject` wraps its inner store, opened the same way
 /// with the outer adapter's name format and capacity).
+// Without `s3` and `hfbucket`, no store reads the capacity at open.
+#[cfg_attr(
+    not(any(feature = "s3", feature = "hfbucket")),
+    allow(clippy::only_used_in_recursion)
+)]
 fn open_storage<'a>(
     spec: &'a AdapterSpec,
     format: NameFormat,
@@ -289,7 +296,9 @@ fn open_storage<'a>(
         Ok(match spec {
             AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as Box<dyn Storage>,
             AdapterSpec::Fs(c) => Box::new(FsStorage::open(c, format)?),
+            #[cfg(feature = "s3")]
             AdapterSpec::S3(c) => Box::new(S3Storage::open(c, format, capacity).await?),
+            #[cfg(feature = "hfbucket")]
             AdapterSpec::HfBucket(c) => Box::new(HfStorage::open(c, format, capacity)?),
             AdapterSpec::FaultInject(f) => {
                 let inner = open_storage(&f.inner.spec, format, capacity)

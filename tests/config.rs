@@ -350,6 +350,12 @@ fn fault_inject_parses_its_inner_adapter_strictly() {
         other => panic!("{other:?}"),
     }
     // Nested wrappers, and the inner secrets are redacted in the resolved JSON.
+    #[cfg(feature = "s3")]
+    fault_inject_nests_and_redacts_an_s3_adapter();
+}
+
+#[cfg(feature = "s3")]
+fn fault_inject_nests_and_redacts_an_s3_adapter() {
     let c = load(
         None,
         &[],
@@ -466,4 +472,51 @@ fn fault_inject_resolved_json_parses_back() {
     let resolved = c.adapters[0].to_redacted_json().to_string();
     let again = load(None, &[], &[&resolved]).unwrap();
     assert_eq!(again.adapters, c.adapters, "{resolved}");
+}
+
+/// A build without the `s3` feature names the adapter type and the missing feature, at the
+/// top level and inside a `fault_inject` adapter, instead of failing to parse the type.
+#[cfg(not(feature = "s3"))]
+#[test]
+fn s3_without_its_feature_is_a_named_config_error() {
+    let err = load(
+        None,
+        &[],
+        &[r#"{"type": "s3", "s3_endpoint": "s3://kv-bucket", "s3_region": "r"}"#],
+    )
+    .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "adapter #0 (s3): field `type`: adapter type \"s3\" is not in this build: kvtier was \
+         built without its cargo feature `s3`; rebuild with `--features s3` (a default feature)"
+    );
+    let err = load(
+        None,
+        &[],
+        &[r#"{"type": "fault_inject", "inner": {"type": "s3"}}"#],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Adapter { field, message, .. }
+            if field == "inner.type" && message.contains("feature `s3`")),
+        "{err}"
+    );
+}
+
+/// The same for `hfbucket`.
+#[cfg(not(feature = "hfbucket"))]
+#[test]
+fn hfbucket_without_its_feature_is_a_named_config_error() {
+    let err = load(
+        None,
+        &[],
+        &[r#"{"type": "hfbucket", "bucket_handle": "hf://buckets/o/b"}"#],
+    )
+    .unwrap_err();
+    assert!(
+        matches!(&err, ConfigError::Adapter { kind, field, message, .. }
+            if kind == "hfbucket" && field == "type"
+                && message.contains("without its cargo feature `hfbucket`")),
+        "{err}"
+    );
 }

@@ -10,6 +10,9 @@
 //! ```
 //!
 //! All state lives inside actors; nothing here takes a lock.
+//!
+//! Features `s3` and `hfbucket` (both default) build `backends::s3` and `backends::hfbucket`
+//! with their dependencies; `memory`, `fs` and `fault_inject` are always built.
 
 #![warn(missing_docs)]
 

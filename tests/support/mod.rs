@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod conformance;
+#[cfg(feature = "s3")]
 pub mod garage;
 pub mod hub;
 

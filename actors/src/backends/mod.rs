@@ -4,9 +4,14 @@
 //!
 //! Each implements [`Storage`](crate::Storage) and is driven by a
 //! [`BackendActor`](crate::BackendActor); its `config.rs` holds its specific fields.
+//!
+//! `s3` and `hfbucket` exist only with the crate features of the same names (both default);
+//! `memory`, `fs` and `fault_inject` are always built.
 
 pub mod fault_inject;
 pub mod fs;
+#[cfg(feature = "hfbucket")]
 pub mod hfbucket;
 pub mod memory;
+#[cfg(feature = "s3")]
 pub mod s3;

@@ -23,19 +23,8 @@ pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
 pub const MAX_ATTEMPTS: u32 = 3;
 
-/// Builds a client. Must run inside a tokio runtime (the default credential chain is async).
-/// `resolve_to`, when given, replaces DNS for every host (like curl's `--resolve`): for
-/// virtual-host-style requests to test servers and private endpoints without DNS entries.
-pub async fn build_client(
-    cfg: &S3Config,
-    ep: &ResolvedEndpoint,
-    resolve_to: Option<IpAddr>,
-) -> Result<aws_sdk_s3::Client, BackendError> {
-    Ok(build_clients(cfg, ep, resolve_to, None).await?.sdk)
-}
-
 /// What [`build_clients`] returns.
-pub struct Clients {
+pub(crate) struct Clients {
     /// The SDK client.
     pub sdk: aws_sdk_s3::Client,
     /// The hyper client under it, for the direct data path (one connection pool for both).
@@ -44,9 +33,15 @@ pub struct Clients {
     pub credentials: SharedCredentialsProvider,
 }
 
-/// [`build_client`], also returning the hyper client under it and the credentials provider;
-/// `credentials`, when given, replaces the config's (static keys or the default chain).
-pub async fn build_clients(
+/// Builds the SDK client, the hyper client under it and the credentials provider. Must run
+/// inside a tokio runtime (the default credential chain is async). `resolve_to`, when given,
+/// replaces DNS for every host (like curl's `--resolve`): for virtual-host-style requests to
+/// test servers and private endpoints without DNS entries. `credentials`, when given, replaces
+/// the config's (static keys or the default chain).
+///
+/// The SDK and the default credential chain's providers (IMDS, ECS, STS web identity, SSO) all
+/// send through our own HTTP client: the AWS crates are built without a default one.
+pub(crate) async fn build_clients(
     cfg: &S3Config,
     ep: &ResolvedEndpoint,
     resolve_to: Option<IpAddr>,
@@ -81,6 +76,7 @@ pub async fn build_clients(
         None => {
             let shared = aws_config::defaults(BehaviorVersion::latest())
                 .region(region)
+                .http_client(http.clone())
                 .load()
                 .await;
             let creds = shared.credentials_provider().ok_or_else(|| BackendError::invalid("s3: no AWS credentials: set aws_access_key_id and aws_secret_access_key, or configure the default chain (environment, profile, web identity, instance metadata)"))?;
@@ -127,7 +123,7 @@ pub async fn build_clients(
 }
 
 /// The credentials `provider` gives now (static keys, or the default chain's first answer).
-pub async fn current_credentials(
+pub(crate) async fn current_credentials(
     provider: &SharedCredentialsProvider,
 ) -> Result<Credentials, String> {
     use aws_credential_types::provider::ProvideCredentials;
@@ -142,7 +138,7 @@ pub async fn current_credentials(
 /// PUT's body is sent inside the attempt, which the attempt timeout already bounds; the upload
 /// check cost about 10 % of the client's CPU on 4 MiB stores (measured with
 /// `bench/compare.sh`, BENCHMARKS.md) and bought nothing more.
-pub fn stalled_stream_protection() -> StalledStreamProtectionConfig {
+pub(crate) fn stalled_stream_protection() -> StalledStreamProtectionConfig {
     StalledStreamProtectionConfig::enabled()
         .upload_enabled(false)
         .download_enabled(true)
@@ -151,7 +147,7 @@ pub fn stalled_stream_protection() -> StalledStreamProtectionConfig {
 
 /// The adapter's own multi-threaded tokio runtime for S3 requests: `s3_num_io_threads`
 /// workers, capped at the number of CPUs.
-pub fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runtime> {
+pub(crate) fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runtime> {
     let threads = cfg
         .s3_num_io_threads
         .min(std::thread::available_parallelism().map_or(2, |n| n.get()))
@@ -165,7 +161,7 @@ pub fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runtime> {
 
 /// Sends a PUT, hashing and signing its payload only when `sign_payload` (see
 /// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`.
-pub async fn send_put(
+pub(crate) async fn send_put(
     req: aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder,
     sign_payload: bool,
 ) -> Result<
@@ -185,6 +181,70 @@ pub async fn send_put(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The AWS crates are built without an HTTP client of their own: the default credential
+    /// chain must fetch through ours. Here its container (ECS) provider fetches credentials
+    /// from a loopback server; the only test in this crate that sets `AWS_*` variables.
+    #[test]
+    fn default_chain_fetches_through_our_http_client() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let server = std::thread::spawn(move || {
+            let (mut c, _) = listener.accept().unwrap();
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && c.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            let body = r#"{"AccessKeyId":"AKIDFROMECS","SecretAccessKey":"s","Token":"t","Expiration":"2099-01-01T00:00:00Z"}"#;
+            let _ = write!(
+                c,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            String::from_utf8_lossy(&head).into_owned()
+        });
+        for var in [
+            "AWS_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY",
+            "AWS_SESSION_TOKEN",
+            "AWS_PROFILE",
+            "AWS_WEB_IDENTITY_TOKEN_FILE",
+            "AWS_ROLE_ARN",
+            "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+            "AWS_CONTAINER_AUTHORIZATION_TOKEN",
+        ] {
+            std::env::remove_var(var);
+        }
+        std::env::set_var("AWS_CONFIG_FILE", "/nonexistent/kvtier-test/config");
+        std::env::set_var(
+            "AWS_SHARED_CREDENTIALS_FILE",
+            "/nonexistent/kvtier-test/creds",
+        );
+        std::env::set_var(
+            "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+            format!("http://127.0.0.1:{port}/creds"),
+        );
+        let mut cfg = S3Config::for_endpoint("http://127.0.0.1:9", "kv-bucket", "r", "", "");
+        cfg.aws_access_key_id = None;
+        cfg.aws_secret_access_key = None;
+        let ep = cfg.validate().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let creds = rt.block_on(async {
+            let clients = build_clients(&cfg, &ep, None, None).await.unwrap();
+            current_credentials(&clients.credentials).await
+        });
+        std::env::remove_var("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+        let creds = creds.unwrap();
+        assert_eq!(creds.access_key_id(), "AKIDFROMECS");
+        assert!(creds.expiry().is_some());
+        let head = server.join().unwrap();
+        assert!(head.starts_with("GET /creds "), "{head}");
+    }
 
     #[test]
     fn stalled_streams_are_watched_on_downloads_only() {

@@ -18,7 +18,7 @@
 mod client;
 mod config;
 mod direct;
-pub mod http;
+mod http;
 
 use std::future::Future;
 use std::sync::Arc;
@@ -33,10 +33,8 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 
-pub use client::{
-    build_client, build_clients, current_credentials, io_runtime, send_put, Clients,
-    ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS,
-};
+use client::{build_clients, current_credentials, io_runtime, send_put};
+pub use client::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{
     AddressingStyle, ChecksumMode, DataPath, PayloadSigning, ResolvedEndpoint, S3Config,
 };
@@ -344,8 +342,8 @@ impl S3Storage {
         Self::open_resolving(cfg, format, capacity_bytes, None).await
     }
 
-    /// [`S3Storage::open`], with every host name resolved to `resolve_to` when given (see
-    /// [`build_client`]).
+    /// [`S3Storage::open`], with every host name resolved to `resolve_to` when given (like
+    /// curl's `--resolve`: for virtual-host-style requests to servers without DNS entries).
     pub async fn open_resolving(
         cfg: &S3Config,
         format: NameFormat,

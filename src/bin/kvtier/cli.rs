@@ -3,22 +3,14 @@
 //! Exit codes: 0 success; 1 a runtime failure (a store could not be opened, the bench found
 //! errors or wrong bytes); 2 a configuration or usage error.
 
-use std::path::PathBuf;
-
-use clap::{Args, Parser, Subcommand};
-use kvtier_actors::key::KeyView;
-use kvtier_actors::ListKeys;
+use clap::{Parser, Subcommand};
+use kvtier::actors::key::KeyView;
+use kvtier::actors::ListKeys;
+use kvtier::config::ConfigError;
+use kvtier::Tier;
 
 use crate::bench::{self, BenchOptions};
-use crate::config::{ConfigError, ConfigSources, TierConfig};
-use crate::tier::Tier;
-
-/// Exit code for success.
-pub const EXIT_OK: i32 = 0;
-/// Exit code for a runtime failure.
-pub const EXIT_FAILURE: i32 = 1;
-/// Exit code for a configuration or usage error.
-pub const EXIT_CONFIG: i32 = 2;
+use crate::common::{human_bytes, ConfigArgs, EXIT_CONFIG, EXIT_FAILURE, EXIT_OK};
 
 /// kvtier: the L2 tier of an LLM KV cache, in S3, Hugging Face buckets or a local directory.
 #[derive(Debug, Parser)]
@@ -27,30 +19,6 @@ pub struct Cli {
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
-}
-
-/// Where the configuration comes from (shared by every subcommand).
-#[derive(Debug, Clone, Args)]
-pub struct ConfigArgs {
-    /// TOML configuration file (default: ./kvtier.toml when present).
-    #[arg(long, short = 'c', value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// An adapter as LMCache JSON, e.g. '{"type": "fs", "base_path": "/data/kv"}'. Repeatable;
-    /// replaces the adapters of the file and environment.
-    #[arg(long = "l2-adapter", value_name = "JSON")]
-    pub l2_adapter: Vec<String>,
-}
-
-impl ConfigArgs {
-    /// Loads the layered configuration these arguments describe.
-    pub fn load(&self) -> Result<TierConfig, ConfigError> {
-        TierConfig::load(&ConfigSources {
-            file: self.config.clone(),
-            search_dir: std::env::current_dir().ok(),
-            env: None,
-            cli_adapters: self.l2_adapter.clone(),
-        })
-    }
 }
 
 /// The subcommands.
@@ -179,11 +147,11 @@ pub fn run(cli: Cli) -> i32 {
                         "adapter #{}: {} keys, {} used of {} ({})",
                         u.adapter,
                         u.keys,
-                        bench::human_bytes(u.used_bytes),
+                        human_bytes(u.used_bytes),
                         if u.capacity_bytes == 0 {
                             "unbounded".to_owned()
                         } else {
-                            bench::human_bytes(u.capacity_bytes)
+                            human_bytes(u.capacity_bytes)
                         },
                         if u.fraction < 0.0 {
                             "no capacity: eviction off".to_owned()
@@ -193,7 +161,7 @@ pub fn run(cli: Cli) -> i32 {
                     );
                     for (salt, b) in &u.bytes_by_cache_salt {
                         let salt = if salt.is_empty() { "(no salt)" } else { salt };
-                        println!("  {salt}: {}", bench::human_bytes(*b));
+                        println!("  {salt}: {}", human_bytes(*b));
                     }
                 }
             }

@@ -22,9 +22,13 @@ use kvtier_actors::ObjectKey;
 use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 
-use crate::cli::{ConfigArgs, EXIT_FAILURE, EXIT_OK};
-use crate::config::{AdapterConfig, AdapterSpec, TierConfig};
-use crate::tier::Tier;
+use kvtier::config::{AdapterConfig, AdapterSpec, TierConfig};
+use kvtier::Tier;
+
+use crate::common::{human_bytes, parse_size, ConfigArgs, EXIT_FAILURE, EXIT_OK};
+
+#[cfg(feature = "s3")]
+mod raw_s3;
 
 const MODELS: [&str; 3] = ["llama-3.1-8b", "mistral-7b", "qwen2.5-72b"];
 const SALTS: [Option<&str>; 3] = [None, Some("tenant-a"), Some("tenant-b")];
@@ -99,7 +103,8 @@ pub struct BenchOptions {
     pub stream: bool,
     /// The client measured.
     pub client: BenchClient,
-    /// Skip the raw baseline after the pipeline.
+    /// Skip the raw baseline after the pipeline (read only by the `s3` feature's baseline).
+    #[cfg_attr(not(feature = "s3"), allow(dead_code))]
     pub no_baseline: bool,
     /// Delete the pipeline's objects at the end.
     pub cleanup: bool,
@@ -139,38 +144,6 @@ impl TryFrom<&BenchArgs> for BenchOptions {
             no_baseline: a.no_baseline,
             cleanup: a.cleanup,
         })
-    }
-}
-
-/// Parses `4MiB`, `256K`, `1g`, `65536` (binary multiples).
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().ok()?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
-    };
-    n.checked_mul(mult)
-}
-
-/// Formats bytes with a binary unit.
-pub fn human_bytes(b: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = b as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < UNITS.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{b} B")
-    } else {
-        format!("{v:.2} {}", UNITS[u])
     }
 }
 
@@ -297,17 +270,17 @@ pub async fn run_cli(config: TierConfig, opts: BenchOptions) -> i32 {
     }
 }
 
-struct Workload {
-    keys: Vec<ObjectKey>,
+pub(crate) struct Workload {
+    pub(crate) keys: Vec<ObjectKey>,
     /// Pre-generated payloads; empty in streaming mode, where each is generated when needed.
     payloads: Vec<Bytes>,
     start: usize,
-    size: usize,
+    pub(crate) size: usize,
     nonce: u64,
 }
 
 impl Workload {
-    fn new(start: usize, n: usize, size: usize, nonce: u64, eager: bool) -> Self {
+    pub(crate) fn new(start: usize, n: usize, size: usize, nonce: u64, eager: bool) -> Self {
         let keys = (start..start + n)
             .map(|i| {
                 let mut hash = Vec::with_capacity(16);
@@ -346,7 +319,7 @@ impl Workload {
 
     /// Whether `buf` holds chunk `j`'s payload (0-based, like `keys`), regenerated 64 KiB at a
     /// time (no chunk-sized allocation, so streaming mode's memory stays at the bytes in flight).
-    fn matches(&self, j: usize, buf: &[u8]) -> bool {
+    pub(crate) fn matches(&self, j: usize, buf: &[u8]) -> bool {
         if let Some(b) = self.payloads.get(j) {
             return b[..] == buf[..];
         }
@@ -366,7 +339,7 @@ impl Workload {
     }
 
     /// The payload of this workload's chunk `j` (0-based, like `keys`).
-    fn payload(&self, j: usize) -> Bytes {
+    pub(crate) fn payload(&self, j: usize) -> Bytes {
         match self.payloads.get(j) {
             Some(b) => b.clone(),
             None => self.generate(self.start + j),
@@ -400,17 +373,12 @@ impl Usage {
     }
 }
 
-/// This process's user + system CPU seconds so far (all threads).
-pub fn process_cpu_secs() -> f64 {
-    Usage::now().cpu_s
-}
-
 /// This process's peak resident set size, in bytes.
 pub fn peak_rss_bytes() -> u64 {
     Usage::now().peak_rss_bytes
 }
 
-struct Timer {
+pub(crate) struct Timer {
     name: &'static str,
     hist: Histogram<u64>,
     start: Instant,
@@ -418,7 +386,7 @@ struct Timer {
 }
 
 impl Timer {
-    fn new(name: &'static str) -> Self {
+    pub(crate) fn new(name: &'static str) -> Self {
         Self {
             name,
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
@@ -426,10 +394,10 @@ impl Timer {
             usage: Usage::now(),
         }
     }
-    fn record(&mut self, d: Duration) {
+    pub(crate) fn record(&mut self, d: Duration) {
         let _ = self.hist.record((d.as_micros() as u64).max(1));
     }
-    fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
+    pub(crate) fn finish(self, keys: usize, bytes: u64) -> PhaseReport {
         let secs = self.start.elapsed().as_secs_f64().max(1e-9);
         let now = Usage::now();
         let cpu_s = now.cpu_s - self.usage.cpu_s;
@@ -454,7 +422,10 @@ impl Timer {
 /// Runs the bench and returns its report.
 pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
     if opts.client == BenchClient::RawS3 {
-        return raw_only(&config, opts).await;
+        #[cfg(feature = "s3")]
+        return raw_s3::raw_only(&config, opts).await;
+        #[cfg(not(feature = "s3"))]
+        return Err("--client raw-s3: this kvtier was built without the `s3` feature".into());
     }
     let data_bytes = (opts.chunks * opts.chunk_size) as u64;
     let _tmp = if config.adapters.is_empty() {
@@ -601,28 +572,10 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         .unwrap_or_default();
 
     // The raw aws-sdk-s3 baseline, same objects and requests in flight.
-    let s3_baseline = match config.adapters.iter().find_map(|a| match &a.spec {
-        AdapterSpec::S3(c) if !opts.stream && !opts.no_baseline => Some(c.clone()),
-        _ => None,
-    }) {
-        Some(c) => {
-            // Other payloads of the same sizes: Garage deduplicates identical blocks, which
-            // would let the baseline skip the server's writes.
-            let other = Workload::new(0, opts.chunks, opts.chunk_size, !nonce, true);
-            let (put, get, _) = raw_s3_baseline(&c, &other, raw_in_flight(&c, opts)).await?;
-            let store = phases
-                .iter()
-                .find(|p| p.phase == "store")
-                .map_or(0.0, |p| p.gbps);
-            Some(S3Baseline {
-                store_vs_raw: store / put.gbps.max(1e-12),
-                load_vs_raw: load_phase.gbps / get.gbps.max(1e-12),
-                put,
-                get,
-            })
-        }
-        None => None,
-    };
+    #[cfg(feature = "s3")]
+    let s3_baseline = raw_s3::after_pipeline(&config, opts, nonce, &phases, &load_phase).await?;
+    #[cfg(not(feature = "s3"))]
+    let s3_baseline = None;
 
     // Overfill past the smallest LRU capacity so eviction runs.
     let overfill = overfill_target(&config, data_bytes, opts.chunk_size);
@@ -836,184 +789,6 @@ async fn stream_load(
     )
 }
 
-/// Requests the raw loop keeps in flight: what the pipeline can have at the network, i.e. the
-/// adapter's `s3_num_io_threads` bound, or fewer if the pipeline submits fewer.
-fn raw_in_flight(cfg: &kvtier_actors::backends::s3::S3Config, opts: BenchOptions) -> usize {
-    cfg.s3_num_io_threads
-        .min(opts.concurrency * opts.batch)
-        .max(1)
-}
-
-/// `--client raw-s3`: only the raw aws-sdk-s3 loop, reported in the pipeline's shape (phases
-/// `store` and `load`), for `bench/compare.sh`.
-async fn raw_only(config: &TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
-    let cfg = config
-        .adapters
-        .iter()
-        .find_map(|a| match &a.spec {
-            AdapterSpec::S3(c) => Some(c.clone()),
-            _ => None,
-        })
-        .ok_or("--client raw-s3 needs an s3 adapter (--l2-adapter '{\"type\": \"s3\", ...}')")?;
-    let nonce: u64 = rand::random();
-    let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, true);
-    let in_flight = raw_in_flight(&cfg, opts);
-    let (mut put, mut get, verified) = raw_s3_baseline(&cfg, &work, in_flight).await?;
-    put.phase = "store".into();
-    get.phase = "load".into();
-    let ok = |p: &PhaseReport| p.bytes / opts.chunk_size as u64;
-    let errors = (opts.chunks as u64 - ok(&put)) + (opts.chunks as u64 - ok(&get));
-    Ok(BenchReport {
-        client: opts.client,
-        store_gbps: put.gbps,
-        load_gbps: get.gbps,
-        lookup_keys_per_s: 0.0,
-        verified,
-        evicted_keys: 0,
-        errors,
-        chunks: opts.chunks,
-        chunk_size: opts.chunk_size,
-        batch: 1,
-        concurrency: in_flight,
-        lookup_hits: 0,
-        load_hits: ok(&get) as usize,
-        phases: vec![put, get],
-        baseline_read_gbps: None,
-        load_vs_baseline: None,
-        overfill_keys: 0,
-        usage: Vec::new(),
-        status: serde_json::Value::Null,
-        s3_baseline: None,
-        peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
-        stream: false,
-        bytes_in_flight_mib: (in_flight * opts.chunk_size) as f64 / (1024.0 * 1024.0),
-        adapters: config.to_redacted_json()["adapters"].clone(),
-    })
-}
-
-/// Plain concurrent PUTs then GETs of the workload's payloads through an aws-sdk-s3 client
-/// built exactly like the adapter's, on a runtime with the same number of threads, `in_flight`
-/// requests at a time, with no actors. GET bodies are collected into memory (one copy, as the
-/// pipeline's copy into the caller's buffer) and compared with the payloads after the clock
-/// stops; the third result says whether every byte matched. The objects are deleted afterwards.
-async fn raw_s3_baseline(
-    cfg: &kvtier_actors::backends::s3::S3Config,
-    work: &Workload,
-    in_flight: usize,
-) -> Result<(PhaseReport, PhaseReport, bool), String> {
-    use kvtier_actors::backends::s3::{build_client, io_runtime, send_put};
-    let ep = cfg.validate().map_err(|e| e.to_string())?;
-    let rt = io_runtime(cfg).map_err(|e| e.to_string())?;
-    let (c, e) = (cfg.clone(), ep.clone());
-    let client = rt
-        .spawn(async move { build_client(&c, &e, None).await })
-        .await
-        .map_err(|e| e.to_string())?
-        .map_err(|e| e.to_string())?;
-    // The same kind of names as the pipeline's (LMCache object names of the workload's keys):
-    // the server's cost per object depends on where its name lands in the metadata index.
-    let names: Vec<String> = work
-        .keys
-        .iter()
-        .map(|k| {
-            format!(
-                "{}{}",
-                cfg.key_prefix(),
-                k.object_name(kvtier_actors::NameFormat::default())
-            )
-        })
-        .collect();
-    let bucket = ep.bucket.clone();
-    let signed = cfg.signs_payload(&ep);
-
-    let mut timer = Timer::new("raw_put");
-    let puts: Vec<(Duration, bool)> = stream::iter(0..names.len())
-        .map(|i| {
-            let (client, bucket) = (client.clone(), bucket.clone());
-            let (name, data) = (names[i].clone(), work.payload(i));
-            let task = rt.spawn(async move {
-                let t = Instant::now();
-                let req = client
-                    .put_object()
-                    .bucket(bucket)
-                    .key(name)
-                    .body(aws_sdk_s3::primitives::ByteStream::from(data));
-                (t.elapsed(), send_put(req, signed).await.is_ok())
-            });
-            async move { task.await.unwrap_or((Duration::ZERO, false)) }
-        })
-        .buffer_unordered(in_flight)
-        .collect()
-        .await;
-    puts.iter().for_each(|(d, _)| timer.record(*d));
-    let ok = puts.iter().filter(|(_, ok)| *ok).count();
-    let put = timer.finish(work.keys.len(), (ok * work.size) as u64);
-
-    let mut timer = Timer::new("raw_get");
-    let gets: Vec<(usize, Duration, Option<Bytes>)> = stream::iter(0..names.len())
-        .map(|i| {
-            let (client, bucket, name) = (client.clone(), bucket.clone(), names[i].clone());
-            let task = rt.spawn(async move {
-                let t = Instant::now();
-                let body = match client.get_object().bucket(bucket).key(name).send().await {
-                    Ok(r) => r.body.collect().await.ok().map(|b| b.into_bytes()),
-                    Err(_) => None,
-                };
-                (t.elapsed(), body)
-            });
-            async move {
-                let (d, body) = task.await.unwrap_or((Duration::ZERO, None));
-                (i, d, body)
-            }
-        })
-        .buffer_unordered(in_flight)
-        .collect()
-        .await;
-    gets.iter().for_each(|(_, d, _)| timer.record(*d));
-    let got: usize = gets
-        .iter()
-        .filter_map(|(_, _, b)| b.as_ref())
-        .map(|b| b.len())
-        .sum();
-    let get = timer.finish(work.keys.len(), got as u64);
-    let verified = gets
-        .iter()
-        .all(|(i, _, b)| b.as_ref().is_some_and(|b| work.matches(*i, b)));
-    drop(gets);
-
-    // Clean up the baseline's objects.
-    for chunk in names.chunks(1000) {
-        let ids: Vec<_> = chunk
-            .iter()
-            .filter_map(|n| {
-                aws_sdk_s3::types::ObjectIdentifier::builder()
-                    .key(n)
-                    .build()
-                    .ok()
-            })
-            .collect();
-        if let Ok(d) = aws_sdk_s3::types::Delete::builder()
-            .set_objects(Some(ids))
-            .quiet(true)
-            .build()
-        {
-            let (client, bucket) = (client.clone(), bucket.clone());
-            let _ = rt
-                .spawn(async move {
-                    client
-                        .delete_objects()
-                        .bucket(bucket)
-                        .delete(d)
-                        .send()
-                        .await
-                })
-                .await;
-        }
-    }
-    rt.shutdown_background();
-    Ok((put, get, verified))
-}
-
 async fn store_phase(
     tier: &Tier,
     work: &Workload,
@@ -1200,19 +975,4 @@ fn print_table(r: &BenchReport) {
         if r.verified { "yes" } else { "NO" },
         r.errors
     );
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("4MiB"), Some(4 << 20));
-        assert_eq!(parse_size("256K"), Some(256 << 10));
-        assert_eq!(parse_size("65536"), Some(65536));
-        assert_eq!(parse_size("1 GiB"), Some(1 << 30));
-        assert_eq!(parse_size("4 furlongs"), None);
-        assert_eq!(parse_size(""), None);
-    }
 }
