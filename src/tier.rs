@@ -287,11 +287,7 @@ type Opening<'a> = Pin<Box<dyn Future<Output = Result<Box<dyn Storage>, BackendE
     not(any(feature = "s3", feature = "hfbucket")),
     allow(clippy::only_used_in_recursion)
 )]
-fn open_storage<'a>(
-    spec: &'a AdapterSpec,
-    format: NameFormat,
-    capacity: u64,
-) -> Opening<'a> {
+fn open_storage<'a>(spec: &'a AdapterSpec, format: NameFormat, capacity: u64) -> Opening<'a> {
     Box::pin(async move {
         Ok(match spec {
             AdapterSpec::Memory(_) => Box::new(MemoryStorage::new(format)) as Box<dyn Storage>,

@@ -12,8 +12,9 @@
 //!   blocked, and the actor keeps serving other messages meanwhile.
 //! * **dropped replies**: with probability `drop_reply_rate` per call, the inner store does the
 //!   work but the reply is lost. The call never resolves on its own: after `reply_timeout_ms`
-//!   (counted from the call) it fails, every item with [`BackendError::Connection`] (which a
-//!   caller cannot tell from a network timeout, and which counts toward circuit breakers). A
+//!   (counted from the call) it fails, every item with a connection error
+//!   ([`ErrorKind::Connection`](crate::ErrorKind::Connection), which a caller cannot tell from
+//!   a network timeout, and which counts toward circuit breakers). A
 //!   write may therefore have landed although it was reported failed, as with a real timeout;
 //!   the inner work is cancelled if it is still running when the timeout fires (the inner
 //!   store's own finishing step still runs if its work completed). The buffers of a dropped
