@@ -24,12 +24,9 @@ fn keys(n: usize) -> Vec<ObjectKey> {
 fn lookup_unlock(c: &mut Criterion) {
     let sys = actix_rt::System::new();
     let tier = sys.block_on(async {
-        let tier = Tier::start(&TierConfig {
-            adapters: vec![AdapterConfig::memory()],
-            ..Default::default()
-        })
-        .await
-        .unwrap();
+        let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::memory()]))
+            .await
+            .unwrap();
         let ks = keys(BATCH * 4);
         let objs = vec![Bytes::from_static(&[1u8; 64]); ks.len()];
         tier.store(ks, objs).await.unwrap();

@@ -16,15 +16,12 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(Into::into)
         .unwrap_or_else(|| tmp.path().to_owned());
 
-    // Or: TierConfig::load(&ConfigSources { file: Some("kvtier.toml".into()), ..Default::default() })
+    // Or: let mut sources = ConfigSources::default(); sources.file = Some("kvtier.toml".into());
+    //     TierConfig::load(&sources)
     let mut adapter = AdapterConfig::fs(&dir);
     adapter.common.max_capacity_gb = 1.0;
     adapter.common.eviction = Some(Default::default()); // LRU, watermark 0.8, ratio 0.2
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![adapter],
-        ..Default::default()
-    })
-    .await?;
+    let tier = Tier::start(&TierConfig::with_adapters(vec![adapter])).await?;
     let controller = tier.controller().clone();
 
     // Keys: model, KV rank, chunk hash, optional cache salt.

@@ -20,10 +20,9 @@ use kvtier::{ObjectKey, Tier, TierConfig};
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let json = std::env::var("KVTIER_HF_ADAPTER")
         .map_err(|_| "set KVTIER_HF_ADAPTER to an hfbucket adapter JSON (see the file's docs)")?;
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![parse_adapter_json(0, &json)?],
-        ..Default::default()
-    })
+    let tier = Tier::start(&TierConfig::with_adapters(vec![parse_adapter_json(
+        0, &json,
+    )?]))
     .await?;
     let controller = tier.controller().clone();
 

@@ -20,11 +20,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let json = std::env::var("KVTIER_S3_ADAPTER")
         .map_err(|_| "set KVTIER_S3_ADAPTER to an s3 adapter JSON (see the file's docs)")?;
     let adapter = parse_adapter_json(0, &json)?; // the same strict parser as the CLI
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![adapter],
-        ..Default::default()
-    })
-    .await?;
+    let tier = Tier::start(&TierConfig::with_adapters(vec![adapter])).await?;
     let controller = tier.controller().clone();
 
     let base = ObjectKey::new("example-model", 0, vec![0u8; 16])?;

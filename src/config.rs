@@ -47,6 +47,7 @@ const TOP_LEVEL_FIELDS: &[&str] = &["adapters", "l2_adapter", "eviction_interval
 
 /// A configuration error. Every variant names where the bad value came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// The file could not be read or is not valid TOML.
     #[error("config file {path}: {message}")]
@@ -126,6 +127,7 @@ pub enum AdapterSpec {
 /// common fields (`max_capacity_gb`, `eviction`, `object_name_format`): the `fault_inject`
 /// adapter's own apply, to the accounting and to the wrapped store's object names.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct FaultInjectSpec {
     /// Which faults to inject, how often, and the seed.
     pub faults: FaultInjectConfig,
@@ -182,6 +184,7 @@ impl AdapterSpec {
 
 /// One configured adapter: common fields plus its type's own.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct AdapterConfig {
     /// Capacity, eviction and name format.
     pub common: CommonConfig,
@@ -189,7 +192,22 @@ pub struct AdapterConfig {
     pub spec: AdapterSpec,
 }
 
+impl Default for AdapterConfig {
+    /// A `memory` adapter with defaults.
+    fn default() -> Self {
+        Self::memory()
+    }
+}
+
 impl AdapterConfig {
+    /// An adapter of this type, with the common fields at their defaults.
+    pub fn new(spec: AdapterSpec) -> Self {
+        Self {
+            common: CommonConfig::default(),
+            spec,
+        }
+    }
+
     /// A `memory` adapter with defaults.
     pub fn memory() -> Self {
         Self {
@@ -229,11 +247,22 @@ impl AdapterConfig {
 
 /// The whole runtime configuration.
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct TierConfig {
     /// Adapters in order: lookups prefer earlier ones.
     pub adapters: Vec<AdapterConfig>,
     /// Period of the eviction actor's timer check (default 1000 ms).
     pub eviction_interval_ms: u64,
+}
+
+impl TierConfig {
+    /// A configuration of these adapters, every other field at its default.
+    pub fn with_adapters(adapters: Vec<AdapterConfig>) -> Self {
+        Self {
+            adapters,
+            ..Self::default()
+        }
+    }
 }
 
 impl Default for TierConfig {
@@ -247,6 +276,7 @@ impl Default for TierConfig {
 
 /// Where to read the configuration from.
 #[derive(Debug, Clone, Default)]
+#[non_exhaustive]
 pub struct ConfigSources {
     /// `--config F`: this TOML file (must exist).
     pub file: Option<PathBuf>,

@@ -215,8 +215,14 @@ impl Tier {
     /// the report, in order, even from a stopped runtime (which misses every key); get the
     /// original type back with [`LoadReport::into_parts`].
     pub async fn load<B: LoadTarget>(&self, keys: Vec<ObjectKey>, buffers: Vec<B>) -> LoadReport {
+        self.load_bufs(keys, buffers.into_iter().map(LoadBuf::new).collect())
+            .await
+    }
+
+    /// [`Tier::load`] with buffers already wrapped (possibly of several target types).
+    pub async fn load_bufs(&self, keys: Vec<ObjectKey>, buffers: Vec<LoadBuf>) -> LoadReport {
         let n = keys.len();
-        let (lent, mut home) = lend(buffers.into_iter().map(LoadBuf::new).collect());
+        let (lent, mut home) = lend(buffers);
         let hits = match self
             .controller
             .send(kvtier_actors::Load {

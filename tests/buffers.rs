@@ -208,10 +208,7 @@ async fn several_adapters_give_every_buffer_back_in_order() {
 /// The arena path: loads write into, and stores read from, regions of one host allocation.
 #[actix_rt::test]
 async fn host_regions_are_loaded_and_stored_in_place() {
-    let config = TierConfig {
-        adapters: vec![AdapterConfig::memory()],
-        ..Default::default()
-    };
+    let config = TierConfig::with_adapters(vec![AdapterConfig::memory()]);
     let tier = Tier::start(&config).await.unwrap();
     const CHUNK: usize = 256;
     let mut arena = vec![0u8; 4 * CHUNK];

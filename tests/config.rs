@@ -12,15 +12,17 @@ fn load(toml: Option<&str>, env: &[(&str, &str)], cli: &[&str]) -> Result<TierCo
         f.write_all(t.as_bytes()).unwrap();
         f
     });
-    let res = TierConfig::load(&ConfigSources {
-        file: file.as_ref().map(|f| f.path().to_owned()),
-        search_dir: None,
-        env: Some(
+    let res = TierConfig::load(&{
+        let mut built = ConfigSources::default();
+        built.file = file.as_ref().map(|f| f.path().to_owned());
+        built.search_dir = None;
+        built.env = Some(
             env.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect::<HashMap<_, _>>(),
-        ),
-        cli_adapters: cli.iter().map(|s| s.to_string()).collect(),
+        );
+        built.cli_adapters = cli.iter().map(|s| s.to_string()).collect();
+        built
     });
     drop(file);
     res
@@ -300,10 +302,11 @@ fn bad_json_and_bad_files() {
     );
     let err = load(Some("this is = = not toml"), &[], &[]).unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }), "{err}");
-    let err = TierConfig::load(&ConfigSources {
-        file: Some("/nonexistent/kvtier.toml".into()),
-        env: Some(HashMap::new()),
-        ..Default::default()
+    let err = TierConfig::load(&{
+        let mut built = ConfigSources::default();
+        built.file = Some("/nonexistent/kvtier.toml".into());
+        built.env = Some(HashMap::new());
+        built
     })
     .unwrap_err();
     assert!(matches!(err, ConfigError::File { .. }), "{err}");

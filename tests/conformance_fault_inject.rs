@@ -28,12 +28,14 @@ impl Fixture for FaultInject {
 conformance_tests!(FaultInject);
 
 async fn start(faults: FaultInjectConfig) -> Tier {
-    Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig::fault_inject(
+    Tier::start(&{
+        let mut built = TierConfig::default();
+        built.adapters = vec![AdapterConfig::fault_inject(
             AdapterSpec::Memory(MemoryConfig::default()),
             faults,
-        )],
-        eviction_interval_ms: 50,
+        )];
+        built.eviction_interval_ms = 50;
+        built
     })
     .await
     .unwrap()
@@ -72,13 +74,15 @@ async fn locked(tier: &Tier) -> usize {
 
 #[actix_rt::test]
 async fn put_errors_are_per_key_and_usage_counts_exactly_the_stored_keys() {
-    let tier = start(FaultInjectConfig {
-        error_rates: PerOp {
-            put: 0.3,
-            ..Default::default()
-        },
-        seed: Some(1),
-        ..Default::default()
+    let tier = start({
+        let mut built = FaultInjectConfig::default();
+        built.error_rates = {
+            let mut built = PerOp::default();
+            built.put = 0.3;
+            built
+        };
+        built.seed = Some(1);
+        built
     })
     .await;
     let failed = store_all(&tier, 200).await;
@@ -122,14 +126,16 @@ async fn put_errors_are_per_key_and_usage_counts_exactly_the_stored_keys() {
 
 #[actix_rt::test]
 async fn get_and_remove_errors_are_misses_and_kept_keys() {
-    let tier = start(FaultInjectConfig {
-        error_rates: PerOp {
-            get: 0.5,
-            remove: 0.5,
-            ..Default::default()
-        },
-        seed: Some(3),
-        ..Default::default()
+    let tier = start({
+        let mut built = FaultInjectConfig::default();
+        built.error_rates = {
+            let mut built = PerOp::default();
+            built.get = 0.5;
+            built.remove = 0.5;
+            built
+        };
+        built.seed = Some(3);
+        built
     })
     .await;
     assert!(store_all(&tier, 60).await.is_empty());
@@ -188,9 +194,10 @@ async fn get_and_remove_errors_are_misses_and_kept_keys() {
 
 #[actix_rt::test]
 async fn every_nth_item_of_a_batch_fails() {
-    let tier = start(FaultInjectConfig {
-        fail_every_nth_item: 4,
-        ..Default::default()
+    let tier = start({
+        let mut built = FaultInjectConfig::default();
+        built.fail_every_nth_item = 4;
+        built
     })
     .await;
     let failed = store_all(&tier, 10).await;
@@ -218,10 +225,11 @@ async fn every_nth_item_of_a_batch_fails() {
 
 #[actix_rt::test]
 async fn a_dropped_reply_fails_after_the_timeout_instead_of_hanging() {
-    let tier = start(FaultInjectConfig {
-        drop_reply_rate: 1.0,
-        reply_timeout_ms: 200,
-        ..Default::default()
+    let tier = start({
+        let mut built = FaultInjectConfig::default();
+        built.drop_reply_rate = 1.0;
+        built.reply_timeout_ms = 200;
+        built
     })
     .await;
     let t = Instant::now();
@@ -290,9 +298,10 @@ async fn latency_delays_replies_without_blocking_the_actor() {
 
 #[actix_rt::test]
 async fn corrupted_sizes_make_loads_miss() {
-    let tier = start(FaultInjectConfig {
-        corrupt_size_rate: 1.0,
-        ..Default::default()
+    let tier = start({
+        let mut built = FaultInjectConfig::default();
+        built.corrupt_size_rate = 1.0;
+        built
     })
     .await;
     tier.store(vec![key(1)], vec![payload(1, 64)])
@@ -317,19 +326,14 @@ async fn wraps_fs_and_nests() {
     let dir = tempfile::TempDir::new().unwrap();
     let fs = AdapterConfig::fs(dir.path());
     let once = AdapterConfig::fault_inject(fs.spec, FaultInjectConfig::default());
-    let twice = AdapterConfig::fault_inject(
-        once.spec,
-        FaultInjectConfig {
-            fail_every_nth_item: 2,
-            ..Default::default()
-        },
-    );
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![twice],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let twice = AdapterConfig::fault_inject(once.spec, {
+        let mut built = FaultInjectConfig::default();
+        built.fail_every_nth_item = 2;
+        built
+    });
+    let tier = Tier::start(&TierConfig::with_adapters(vec![twice]))
+        .await
+        .unwrap();
     let rep = tier
         .store(vec![key(1), key(2)], vec![payload(1, 8), payload(2, 8)])
         .await

@@ -26,9 +26,11 @@ impl Fixture for Fs {
 conformance_tests!(Fs::new());
 
 fn config(a: AdapterConfig) -> TierConfig {
-    TierConfig {
-        adapters: vec![a],
-        eviction_interval_ms: 50,
+    {
+        let mut built = TierConfig::default();
+        built.adapters = vec![a];
+        built.eviction_interval_ms = 50;
+        built
     }
 }
 

@@ -41,9 +41,11 @@ impl Hf {
     }
 
     fn adapter_with(&self, c: HfBucketConfig) -> AdapterConfig {
-        AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::HfBucket(c),
+        {
+            let mut built = AdapterConfig::default();
+            built.common = Default::default();
+            built.spec = AdapterSpec::HfBucket(c);
+            built
         }
     }
 }
@@ -57,9 +59,11 @@ impl Fixture for Hf {
 conformance_tests!(Hf::new());
 
 fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
-    TierConfig {
-        adapters,
-        eviction_interval_ms: 50,
+    {
+        let mut built = TierConfig::default();
+        built.adapters = adapters;
+        built.eviction_interval_ms = 50;
+        built
     }
 }
 

@@ -392,6 +392,7 @@ fn check_config_error(e: &ConfigError) {
         ConfigError::Env { var, .. } => assert!(var.starts_with("KVTIER_"), "{text}"),
         ConfigError::Field { field, .. } => assert!(!field.is_empty(), "{text}"),
         ConfigError::File { .. } | ConfigError::NoAdapters => {}
+        other => panic!("a ConfigError this test does not know: {other}"),
     }
 }
 
@@ -442,11 +443,13 @@ fn load(
         f.write_all(t.as_bytes()).unwrap();
         f
     });
-    TierConfig::load(&ConfigSources {
-        file: file.as_ref().map(|f| f.path().to_owned()),
-        search_dir: None,
-        env: Some(env.iter().cloned().collect::<HashMap<_, _>>()),
-        cli_adapters: cli.to_vec(),
+    TierConfig::load(&{
+        let mut built = ConfigSources::default();
+        built.file = file.as_ref().map(|f| f.path().to_owned());
+        built.search_dir = None;
+        built.env = Some(env.iter().cloned().collect::<HashMap<_, _>>());
+        built.cli_adapters = cli.to_vec();
+        built
     })
 }
 
@@ -794,12 +797,9 @@ fn files_under(root: &Path) -> Vec<std::path::PathBuf> {
 async fn fs_keys_cannot_escape_the_base_directory() {
     let root = tempfile::TempDir::new().unwrap();
     let base = root.path().join("a/b/base");
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig::fs(&base)],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::fs(&base)]))
+        .await
+        .unwrap();
     let long = "m".repeat(300);
     let models = [
         "..",
@@ -859,12 +859,9 @@ async fn fs_keys_cannot_escape_the_base_directory() {
         );
     }
     // They load back after a restart (recovered from the directory listing).
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig::fs(&base)],
-        ..Default::default()
-    })
-    .await
-    .unwrap();
+    let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::fs(&base)]))
+        .await
+        .unwrap();
     let ok: Vec<ObjectKey> = keys
         .iter()
         .filter(|k| !o.failed.iter().any(|f| f.key == **k))

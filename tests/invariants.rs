@@ -138,27 +138,31 @@ fn adapter(backend: Backend, dir: &std::path::Path) -> AdapterConfig {
     let mut a = match backend {
         Backend::Memory => AdapterConfig::memory(),
         Backend::Fs => AdapterConfig::fs(dir),
-        Backend::FaultyMemory => AdapterConfig::fault_inject(
-            AdapterSpec::Memory(MemoryConfig::default()),
-            FaultInjectConfig {
-                error_rates: PerOp {
-                    put: 0.1,
-                    head: 0.1,
-                    get: 0.1,
-                    remove: 0.1,
-                    list: 0.0,
-                },
-                fail_every_nth_item: 4,
-                seed: Some(0x5eed),
-                ..Default::default()
-            },
-        ),
+        Backend::FaultyMemory => {
+            AdapterConfig::fault_inject(AdapterSpec::Memory(MemoryConfig::default()), {
+                let mut built = FaultInjectConfig::default();
+                built.error_rates = {
+                    let mut built = PerOp::default();
+                    built.put = 0.1;
+                    built.head = 0.1;
+                    built.get = 0.1;
+                    built.remove = 0.1;
+                    built.list = 0.0;
+                    built
+                };
+                built.fail_every_nth_item = 4;
+                built.seed = Some(0x5eed);
+                built
+            })
+        }
     };
     a.common.max_capacity_gb = CAPACITY as f64 / GIB;
-    a.common.eviction = Some(EvictionConfig {
-        eviction_policy: EvictionPolicy::Lru,
-        trigger_watermark: WATERMARK,
-        eviction_ratio: 0.3,
+    a.common.eviction = Some({
+        let mut built = EvictionConfig::default();
+        built.eviction_policy = EvictionPolicy::Lru;
+        built.trigger_watermark = WATERMARK;
+        built.eviction_ratio = 0.3;
+        built
     });
     a
 }
@@ -267,9 +271,11 @@ async fn watermark_check(tier: &Tier, m: &Model, step: usize) -> Result<(), Test
 
 async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::TempDir::new().unwrap();
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![adapter(backend, dir.path())],
-        eviction_interval_ms: 20,
+    let tier = Tier::start(&{
+        let mut built = TierConfig::default();
+        built.adapters = vec![adapter(backend, dir.path())];
+        built.eviction_interval_ms = 20;
+        built
     })
     .await
     .unwrap();

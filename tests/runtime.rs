@@ -26,12 +26,9 @@ async fn completed(rx: &flume::Receiver<TierEvent>) -> u64 {
 }
 
 async fn memory_tier() -> Tier {
-    Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig::memory()],
-        ..Default::default()
-    })
-    .await
-    .unwrap()
+    Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::memory()]))
+        .await
+        .unwrap()
 }
 
 /// Takes the result of `task`, which must be there, and checks a second take gives nothing.

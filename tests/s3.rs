@@ -72,9 +72,11 @@ impl S3 {
     fn adapter_with_prefix(&self, prefix: &str) -> AdapterConfig {
         let mut c = self.config();
         c.s3_key_prefix = Some(prefix.to_owned());
-        AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::S3(c),
+        {
+            let mut built = AdapterConfig::default();
+            built.common = Default::default();
+            built.spec = AdapterSpec::S3(c);
+            built
         }
     }
 }
@@ -83,9 +85,11 @@ impl Fixture for S3 {
     fn adapter(&self, slot: usize) -> AdapterConfig {
         let mut c = self.config();
         c.s3_key_prefix = Some(format!("{}/slot{slot}", self.run));
-        AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::S3(c),
+        {
+            let mut built = AdapterConfig::default();
+            built.common = Default::default();
+            built.spec = AdapterSpec::S3(c);
+            built
         }
     }
 }
@@ -100,9 +104,11 @@ mod sdk_data_path {
 }
 
 fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
-    TierConfig {
-        adapters,
-        eviction_interval_ms: 50,
+    {
+        let mut built = TierConfig::default();
+        built.adapters = adapters;
+        built.eviction_interval_ms = 50;
+        built
     }
 }
 
@@ -137,9 +143,11 @@ async fn interop_with_a_plain_s3_client() {
         .send()
         .await
         .unwrap();
-    let adapter = AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(fx.config()),
+    let adapter = {
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(fx.config());
+        built
     };
     let tier = Tier::start(&tier_config(vec![adapter])).await.unwrap();
     assert!(tier
@@ -190,9 +198,11 @@ async fn grouped_names_and_key_prefix() {
     let fx = S3::new();
     let mut c = fx.config();
     c.s3_key_prefix = Some("/kv/prod/".into());
-    let mut a = AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(c),
+    let mut a = {
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(c);
+        built
     };
     a.common.object_name_format = kvtier::NameFormat::Grouped;
     let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
@@ -228,9 +238,11 @@ async fn payload_signing_and_crc32c_round_trip() {
         c.s3_key_prefix = Some(format!("case{i}"));
         c.s3_payload_signing = signing;
         c.s3_checksum = checksum;
-        let tier = Tier::start(&tier_config(vec![AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::S3(c),
+        let tier = Tier::start(&tier_config(vec![{
+            let mut built = AdapterConfig::default();
+            built.common = Default::default();
+            built.spec = AdapterSpec::S3(c);
+            built
         }]))
         .await
         .unwrap();
@@ -338,9 +350,11 @@ async fn breaker_opens_when_the_store_dies_and_closes_when_it_returns() {
     let mut c = fx.config();
     c.circuit_breaker_cooldown_secs = 0.5;
     c.s3_key_prefix = Some(fx.run.clone());
-    let tier = Tier::start(&tier_config(vec![AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(c),
+    let tier = Tier::start(&tier_config(vec![{
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(c);
+        built
     }]))
     .await
     .unwrap();
@@ -435,9 +449,11 @@ async fn a_frozen_endpoint_times_out_and_opens_the_breaker() {
     );
     c.s3_attempt_timeout_secs = Some(0.3);
     c.circuit_breaker_cooldown_secs = 60.0;
-    let tier = Tier::start(&tier_config(vec![AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(c),
+    let tier = Tier::start(&tier_config(vec![{
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(c);
+        built
     }]))
     .await
     .unwrap();
@@ -607,9 +623,11 @@ async fn truncated_bodies_and_wrong_sizes_are_misses() {
         "GKliar",
         "liar-secret",
     );
-    let tier = Tier::start(&tier_config(vec![AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(c),
+    let tier = Tier::start(&tier_config(vec![{
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(c);
+        built
     }]))
     .await
     .unwrap();
@@ -644,9 +662,11 @@ async fn both_data_paths_read_each_others_objects() {
             c.s3_data_path = path;
             c.s3_checksum = checksum;
             c.s3_key_prefix = Some(format!("{}/paths", fx.run));
-            tier_config(vec![AdapterConfig {
-                common: Default::default(),
-                spec: AdapterSpec::S3(c),
+            tier_config(vec![{
+                let mut built = AdapterConfig::default();
+                built.common = Default::default();
+                built.spec = AdapterSpec::S3(c);
+                built
             }])
         };
         let direct = Tier::start(&config_for(DataPath::Direct)).await.unwrap();

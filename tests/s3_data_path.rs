@@ -89,12 +89,16 @@ async fn tier(port: u16, path: DataPath, attempt_timeout: Option<f64>) -> Tier {
     c.s3_data_path = path;
     c.s3_attempt_timeout_secs = attempt_timeout;
     c.circuit_breaker_cooldown_secs = 60.0;
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::S3(c),
-        }],
-        eviction_interval_ms: 50,
+    let tier = Tier::start(&{
+        let mut built = TierConfig::default();
+        built.adapters = vec![{
+            let mut built = AdapterConfig::default();
+            built.common = Default::default();
+            built.spec = AdapterSpec::S3(c);
+            built
+        }];
+        built.eviction_interval_ms = 50;
+        built
     })
     .await
     .unwrap();

@@ -165,12 +165,16 @@ async fn three_node_outage_breaker_and_recovery() {
     cfg.s3_key_prefix = Some(prefix.clone());
     cfg.circuit_breaker_cooldown_secs = COOLDOWN_SECS;
     let tier = Rc::new(
-        Tier::start(&TierConfig {
-            adapters: vec![AdapterConfig {
-                common: Default::default(),
-                spec: AdapterSpec::S3(cfg),
-            }],
-            eviction_interval_ms: 50,
+        Tier::start(&{
+            let mut built = TierConfig::default();
+            built.adapters = vec![{
+                let mut built = AdapterConfig::default();
+                built.common = Default::default();
+                built.spec = AdapterSpec::S3(cfg);
+                built
+            }];
+            built.eviction_interval_ms = 50;
+            built
         })
         .await
         .unwrap(),

@@ -139,13 +139,12 @@ async fn negotiated(prefer_http2: bool) -> Option<Vec<u8>> {
     );
     c.s3_ca_bundle = Some(dir.path().join("ca.pem"));
     c.s3_prefer_http2 = prefer_http2;
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![AdapterConfig {
-            common: Default::default(),
-            spec: AdapterSpec::S3(c),
-        }],
-        ..Default::default()
-    })
+    let tier = Tier::start(&TierConfig::with_adapters(vec![{
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(c);
+        built
+    }]))
     .await
     .unwrap();
     let key = kvtier::ObjectKey::new("m", 0, vec![1u8]).unwrap();

@@ -123,15 +123,17 @@ fn load(
         f.write_all(t.as_bytes()).unwrap();
         f
     });
-    TierConfig::load(&ConfigSources {
-        file: f.as_ref().map(|f| f.path().to_owned()),
-        search_dir: None,
-        env: Some(
+    TierConfig::load(&{
+        let mut built = ConfigSources::default();
+        built.file = f.as_ref().map(|f| f.path().to_owned());
+        built.search_dir = None;
+        built.env = Some(
             env.iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect::<HashMap<_, _>>(),
-        ),
-        cli_adapters: cli.to_vec(),
+        );
+        built.cli_adapters = cli.to_vec();
+        built
     })
 }
 

@@ -216,9 +216,11 @@ async fn soak_mixed_load_with_eviction() {
         &garage.secret_access_key,
     );
     cfg.s3_key_prefix = Some(prefix.clone());
-    let mut adapter = AdapterConfig {
-        common: Default::default(),
-        spec: AdapterSpec::S3(cfg),
+    let mut adapter = {
+        let mut built = AdapterConfig::default();
+        built.common = Default::default();
+        built.spec = AdapterSpec::S3(cfg);
+        built
     };
     adapter.common.max_capacity_gb = CAPACITY_GB;
     adapter.common.eviction = Some(EvictionConfig::default());
@@ -226,9 +228,11 @@ async fn soak_mixed_load_with_eviction() {
     let fds_start = fd_count();
     let rss_start = proc_status_mib("VmRSS:");
     let tier = Rc::new(
-        Tier::start(&TierConfig {
-            adapters: vec![adapter],
-            eviction_interval_ms: 50,
+        Tier::start(&{
+            let mut built = TierConfig::default();
+            built.adapters = vec![adapter];
+            built.eviction_interval_ms = 50;
+            built
         })
         .await
         .unwrap(),

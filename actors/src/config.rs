@@ -14,6 +14,7 @@ pub const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 /// A field that failed validation, named as the user wrote it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("field `{field}`: {message}")]
+#[non_exhaustive]
 pub struct FieldError {
     /// The field's name (dotted for nested fields, e.g. `eviction.trigger_watermark`).
     pub field: String,
@@ -74,6 +75,7 @@ pub enum EvictionPolicy {
 /// The optional `eviction` table of an adapter.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct EvictionConfig {
     /// `"LRU"` (default) or `"noop"`.
     #[serde(default)]
@@ -136,6 +138,7 @@ impl EvictionConfig {
 /// Fields every adapter type accepts.
 #[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct CommonConfig {
     /// Capacity for usage accounting and eviction, in GiB; 0 (default) disables eviction.
     #[serde(default)]

@@ -34,6 +34,7 @@ pub const MAX_SALT_CHARS: usize = 128;
 
 /// Why a key or an object name was rejected.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// The model name was empty.
     #[error("model_name must not be empty")]

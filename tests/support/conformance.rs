@@ -34,9 +34,11 @@ pub async fn start_slot(
 ) -> Tier {
     let mut a = fx.adapter(slot);
     tweak(&mut a);
-    Tier::start(&TierConfig {
-        adapters: vec![a],
-        eviction_interval_ms: 50,
+    Tier::start(&{
+        let mut built = TierConfig::default();
+        built.adapters = vec![a];
+        built.eviction_interval_ms = 50;
+        built
     })
     .await
     .expect("tier starts")
@@ -54,10 +56,12 @@ pub fn with_capacity(
 }
 
 fn lru(watermark: f64, ratio: f64) -> Option<EvictionConfig> {
-    Some(EvictionConfig {
-        eviction_policy: EvictionPolicy::Lru,
-        trigger_watermark: watermark,
-        eviction_ratio: ratio,
+    Some({
+        let mut built = EvictionConfig::default();
+        built.eviction_policy = EvictionPolicy::Lru;
+        built.trigger_watermark = watermark;
+        built.eviction_ratio = ratio;
+        built
     })
 }
 
@@ -468,9 +472,11 @@ pub async fn eviction_skips_locked(fx: &impl Fixture) {
 
 /// Two adapters: the first that has a key wins; the duplicate lock on the other is released.
 pub async fn multi_adapter_first_hit(fx: &impl Fixture) {
-    let tier = Tier::start(&TierConfig {
-        adapters: vec![fx.adapter(0), fx.adapter(1)],
-        eviction_interval_ms: 50,
+    let tier = Tier::start(&{
+        let mut built = TierConfig::default();
+        built.adapters = vec![fx.adapter(0), fx.adapter(1)];
+        built.eviction_interval_ms = 50;
+        built
     })
     .await
     .unwrap();

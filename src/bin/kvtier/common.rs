@@ -29,11 +29,13 @@ pub struct ConfigArgs {
 impl ConfigArgs {
     /// Loads the layered configuration these arguments describe.
     pub fn load(&self) -> Result<TierConfig, ConfigError> {
-        TierConfig::load(&ConfigSources {
-            file: self.config.clone(),
-            search_dir: std::env::current_dir().ok(),
-            env: None,
-            cli_adapters: self.l2_adapter.clone(),
+        TierConfig::load(&{
+            let mut built = ConfigSources::default();
+            built.file = self.config.clone();
+            built.search_dir = std::env::current_dir().ok();
+            built.env = None;
+            built.cli_adapters = self.l2_adapter.clone();
+            built
         })
     }
 }

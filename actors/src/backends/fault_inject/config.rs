@@ -16,6 +16,7 @@ pub const OPS: [&str; 5] = ["put", "head", "get", "remove", "list"];
 /// One number per storage operation (`put`, `head`, `get`, `remove`, `list`), each defaulting to 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct PerOp<T> {
     /// Writes (`store`).
     #[serde(default)]
@@ -50,6 +51,7 @@ impl<T: Copy> PerOp<T> {
 /// Added latency: `all` for every operation, overridden per operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct Latency {
     /// Milliseconds added to every operation without its own value (default 0).
     #[serde(default)]
@@ -90,6 +92,7 @@ impl Latency {
 /// default, so `{"type": "fault_inject", "inner": {…}}` behaves exactly like the inner adapter.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct FaultInjectConfig {
     /// Probability, per item of a batch (per call for `list`), that the item fails with an
     /// injected I/O error before it reaches the inner store. Each in `[0, 1]`.

@@ -9,6 +9,7 @@ use crate::config::FieldError;
 /// `type = "fs"`: one file per object under `base_path`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct FsConfig {
     /// Directory holding the objects (required; created if missing).
     pub base_path: PathBuf,

@@ -14,6 +14,7 @@ const HANDLE_SCHEME: &str = "hf://buckets/";
 /// `type = "hfbucket"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct HfBucketConfig {
     /// `hf://buckets/<namespace>/<bucket>[/<prefix>]`, required.
     pub bucket_handle: String,
@@ -57,6 +58,7 @@ fn default_workers() -> usize {
 
 /// Why a bucket handle was rejected. The handle is quoted (trimmed, at most 200 characters).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum HandleError {
     /// It does not start with `hf://buckets/`.
     #[error("{handle:?} must start with \"hf://buckets/\"")]

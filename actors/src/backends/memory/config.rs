@@ -7,4 +7,5 @@ use serde::{Deserialize, Serialize};
 /// embedding and unit tests; its contents die with the process.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct MemoryConfig {}

@@ -62,6 +62,7 @@ pub enum DataPath {
 /// `type = "s3"`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[non_exhaustive]
 pub struct S3Config {
     /// Bucket URL, required: `s3://bucket`, `s3://bucket.host`, the bare host form
     /// `bucket.s3.us-east-1.amazonaws.com`, or a plain endpoint URL (`http://127.0.0.1:3900`)

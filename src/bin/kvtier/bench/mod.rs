@@ -18,7 +18,7 @@ use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use kvtier_actors::backends::fs::file_name;
 use kvtier_actors::config::EvictionConfig;
-use kvtier_actors::ObjectKey;
+use kvtier_actors::{HostRegion, LoadBuf, ObjectKey};
 use rand::{RngCore, SeedableRng};
 use serde::Serialize;
 
@@ -27,8 +27,12 @@ use kvtier::Tier;
 
 use crate::common::{human_bytes, parse_size, ConfigArgs, EXIT_FAILURE, EXIT_OK};
 
+mod alloc;
 #[cfg(feature = "s3")]
 mod raw_s3;
+
+#[global_allocator]
+static ALLOCATOR: alloc::Counting = alloc::Counting;
 
 const MODELS: [&str; 3] = ["llama-3.1-8b", "mistral-7b", "qwen2.5-72b"];
 const SALTS: [Option<&str>; 3] = [None, Some("tenant-a"), Some("tenant-b")];
@@ -71,6 +75,12 @@ pub struct BenchArgs {
     /// Delete the bench's objects at the end (the pipeline's keys; the raw loop always cleans up).
     #[arg(long)]
     pub cleanup: bool,
+    /// Play a host that owns its KV memory: one preallocated arena carved into chunk-sized
+    /// regions; stores read from the regions and loads write into them, with no copy on
+    /// either side (`HostRegion`). Without it, the bench hands kvtier owned `Bytes` and
+    /// `BytesMut`, as a host with no arena would.
+    #[arg(long)]
+    pub host_arena: bool,
 }
 
 /// The client a bench run measures.
@@ -108,6 +118,8 @@ pub struct BenchOptions {
     pub no_baseline: bool,
     /// Delete the pipeline's objects at the end.
     pub cleanup: bool,
+    /// Host-arena mode (see [`BenchArgs::host_arena`]).
+    pub host_arena: bool,
 }
 
 impl TryFrom<&BenchArgs> for BenchOptions {
@@ -132,7 +144,13 @@ impl TryFrom<&BenchArgs> for BenchOptions {
                 return Err(format!("{name} must be > 0"));
             }
         }
+        if a.host_arena && a.stream {
+            return Err(
+                "--host-arena and --stream cannot be combined: the arena holds every chunk".into(),
+            );
+        }
         Ok(Self {
+            host_arena: a.host_arena,
             chunks: a.chunks,
             chunk_size,
             batch: a.batch,
@@ -177,6 +195,11 @@ pub struct PhaseReport {
     /// Context switches of the process's threads in the phase (voluntary + involuntary):
     /// mostly threads parking and waking between requests.
     pub context_switches: u64,
+    /// Heap blocks of at least 64 KiB allocated in the phase (anywhere in the process): a
+    /// chunk-sized staging buffer on the data path would show up here.
+    pub large_allocs: u64,
+    /// Their bytes, MiB.
+    pub large_alloc_mib: f64,
 }
 
 /// The raw aws-sdk-s3 baseline of an `s3` adapter: the same objects and concurrency through a
@@ -242,6 +265,12 @@ pub struct BenchReport {
     pub peak_rss_mib: f64,
     /// Streaming mode: payloads and buffers exist only while in flight.
     pub stream: bool,
+    /// Host-arena mode: stores and loads used regions of one host arena, in place.
+    pub host_arena: bool,
+    /// Bytes a host that owns its memory no longer copies in arena mode: each stored chunk
+    /// into a `Bytes`, and each loaded chunk out of a `BytesMut` into its arena (0 without
+    /// `--host-arena`).
+    pub host_copies_saved_bytes: u64,
     /// Payload bytes the pipeline can hold in flight: `concurrency × batch × chunk_size`.
     pub bytes_in_flight_mib: f64,
     /// The adapters, secrets redacted.
@@ -383,6 +412,7 @@ pub(crate) struct Timer {
     hist: Histogram<u64>,
     start: Instant,
     usage: Usage,
+    large: (u64, u64),
 }
 
 impl Timer {
@@ -392,6 +422,7 @@ impl Timer {
             hist: Histogram::new_with_bounds(1, 600_000_000, 3).expect("valid histogram bounds"),
             start: Instant::now(),
             usage: Usage::now(),
+            large: alloc::large(),
         }
     }
     pub(crate) fn record(&mut self, d: Duration) {
@@ -415,6 +446,8 @@ impl Timer {
             p99_ms: self.hist.value_at_quantile(0.99) as f64 / 1000.0,
             minor_faults: now.minor_faults - self.usage.minor_faults,
             context_switches: now.context_switches - self.usage.context_switches,
+            large_allocs: alloc::large().0 - self.large.0,
+            large_alloc_mib: (alloc::large().1 - self.large.1) as f64 / (1024.0 * 1024.0),
         }
     }
 }
@@ -453,9 +486,10 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let bar = progress_bar(opts, opts.chunks as u64 * 3);
     let mut errors = 0u64;
     let mut phases = Vec::new();
+    let mut arena = opts.host_arena.then(|| Arena::new(&work, opts));
 
     // Store.
-    let (phase, failed) = store_phase(&tier, &work, &batches, opts, &bar).await;
+    let (phase, failed) = store_phase(&tier, &work, &batches, opts, &bar, arena.as_ref()).await;
     errors += failed;
     phases.push(phase);
 
@@ -522,12 +556,16 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             &bar,
             paths.as_deref(),
             &mut baselines,
+            arena.as_mut(),
         )
         .await
     };
     errors += missed_locked;
     if let Some(p) = &paths {
-        baselines.push(plain_read_loop(p, &mut buffers));
+        baselines.push(match arena.as_mut() {
+            Some(a) => plain_read_loop(p, a.chunks_mut()),
+            None => plain_read_loop(p, buffers.iter_mut().flatten().map(|b| &mut b[..])),
+        });
     }
     drop(buffers);
     phases.push(load_phase.clone());
@@ -586,7 +624,8 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             .map(|s| s..(s + opts.batch).min(overfill))
             .collect();
         let bar = progress_bar(opts, overfill as u64);
-        let (mut phase, failed) = store_phase(&tier, &extra, &extra_batches, opts, &bar).await;
+        let (mut phase, failed) =
+            store_phase(&tier, &extra, &extra_batches, opts, &bar, None).await;
         bar.finish_and_clear();
         phase.phase = "overfill".into();
         errors += failed;
@@ -638,6 +677,12 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
         status,
         peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         stream: opts.stream,
+        host_arena: opts.host_arena,
+        host_copies_saved_bytes: if opts.host_arena {
+            store.bytes + load_phase.bytes
+        } else {
+            0
+        },
         bytes_in_flight_mib: (opts.concurrency * opts.batch * opts.chunk_size) as f64
             / (1024.0 * 1024.0),
         phases,
@@ -664,23 +709,43 @@ async fn retained_load(
     bar: &ProgressBar,
     paths: Option<&[PathBuf]>,
     baselines: &mut Vec<f64>,
+    arena: Option<&mut Arena>,
 ) -> (PhaseReport, usize, usize, u64, Vec<Vec<BytesMut>>) {
-    // Caller buffers, pre-faulted so no phase pays for page faults.
-    let mut buffers: Vec<Vec<BytesMut>> = batches
-        .iter()
-        .map(|r| {
-            r.clone()
-                .map(|_| {
-                    let mut b = BytesMut::zeroed(opts.chunk_size);
-                    b.fill(0xA5);
-                    b
+    // Caller buffers, pre-faulted so no phase pays for page faults: owned `BytesMut`, or
+    // regions of the host arena.
+    let mut buffers: Vec<Vec<LoadBuf>> = match arena {
+        Some(a) => {
+            if let Some(p) = paths {
+                baselines.push(plain_read_loop(p, a.chunks_mut()));
+            }
+            a.mem.fill(0xA5);
+            batches.iter().map(|r| a.regions(r.clone())).collect()
+        }
+        None => {
+            let mut owned: Vec<Vec<BytesMut>> = batches
+                .iter()
+                .map(|r| {
+                    r.clone()
+                        .map(|_| {
+                            let mut b = BytesMut::zeroed(opts.chunk_size);
+                            b.fill(0xA5);
+                            b
+                        })
+                        .collect()
                 })
+                .collect();
+            if let Some(p) = paths {
+                baselines.push(plain_read_loop(
+                    p,
+                    owned.iter_mut().flatten().map(|b| &mut b[..]),
+                ));
+            }
+            owned
+                .into_iter()
+                .map(|v| v.into_iter().map(LoadBuf::from).collect())
                 .collect()
-        })
-        .collect();
-    if let Some(p) = paths {
-        baselines.push(plain_read_loop(p, &mut buffers));
-    }
+        }
+    };
 
     // Load into the caller buffers, then verify.
     let mut timer = Timer::new("load");
@@ -690,7 +755,7 @@ async fn retained_load(
 
             async move {
                 let t = Instant::now();
-                let res: Result<_, String> = Ok(tier.load(keys, bufs).await);
+                let res: Result<_, String> = Ok(tier.load_bufs(keys, bufs).await);
                 (r, res, t.elapsed())
             }
         })
@@ -795,15 +860,24 @@ async fn store_phase(
     batches: &[std::ops::Range<usize>],
     opts: BenchOptions,
     bar: &ProgressBar,
+    arena: Option<&Arena>,
 ) -> (PhaseReport, u64) {
     let mut timer = Timer::new("store");
     let results: Vec<(usize, u64, Duration)> = stream::iter(batches.iter().cloned())
         .map(|r| {
             let keys = work.keys[r.clone()].to_vec();
-            let objects: Vec<Bytes> = r.clone().map(|i| work.payload(i)).collect();
+            let sources = arena.map(|a| a.sources(r.clone()));
+            let objects: Vec<Bytes> = match sources {
+                Some(_) => Vec::new(),
+                None => r.clone().map(|i| work.payload(i)).collect(),
+            };
             async move {
                 let t = Instant::now();
-                let failed = match tier.store(keys, objects).await {
+                let stored = match sources {
+                    Some(regions) => tier.store_from(keys, regions).await,
+                    None => tier.store(keys, objects).await,
+                };
+                let failed = match stored {
                     Ok(rep) => {
                         let mut bad = std::collections::HashSet::new();
                         for (_, o) in &rep.adapters {
@@ -834,17 +908,60 @@ async fn store_phase(
 }
 
 /// Reads every file once, sequentially, into the same caller buffers the load phase uses; GB/s.
-fn plain_read_loop(paths: &[PathBuf], buffers: &mut [Vec<BytesMut>]) -> f64 {
+fn plain_read_loop<'a>(paths: &[PathBuf], buffers: impl Iterator<Item = &'a mut [u8]>) -> f64 {
     let start = Instant::now();
     let mut bytes = 0u64;
-    for (p, buf) in paths.iter().zip(buffers.iter_mut().flatten()) {
+    for (p, buf) in paths.iter().zip(buffers) {
         if let Ok(mut f) = std::fs::File::open(p) {
-            if f.read_exact(&mut buf[..]).is_ok() {
+            if f.read_exact(buf).is_ok() {
                 bytes += buf.len() as u64;
             }
         }
     }
     bytes as f64 / start.elapsed().as_secs_f64().max(1e-9) / 1e9
+}
+
+/// The host's own KV memory in `--host-arena` mode: one allocation, pre-faulted, carved into
+/// chunk-sized regions (chunk `i` at `i × chunk_size`), filled with the workload's payloads.
+struct Arena {
+    mem: Vec<u8>,
+    chunk: usize,
+}
+
+impl Arena {
+    fn new(work: &Workload, opts: BenchOptions) -> Self {
+        let mut mem = vec![0u8; opts.chunks * opts.chunk_size];
+        for (i, c) in mem.chunks_mut(opts.chunk_size).enumerate() {
+            c.copy_from_slice(&work.payload(i));
+        }
+        Self {
+            mem,
+            chunk: opts.chunk_size,
+        }
+    }
+
+    /// Regions of chunks `r`, as load buffers.
+    fn regions(&mut self, r: std::ops::Range<usize>) -> Vec<LoadBuf> {
+        self.sources(r).into_iter().map(LoadBuf::from).collect()
+    }
+
+    /// Regions of chunks `r`.
+    fn sources(&self, r: std::ops::Range<usize>) -> Vec<HostRegion> {
+        let base = self.mem.as_ptr() as *mut u8;
+        r.map(|i| {
+            assert!((i + 1) * self.chunk <= self.mem.len());
+            // SAFETY: disjoint chunk-sized regions inside `mem`, which is neither freed nor
+            // resized while the bench runs; the bench reads or writes the arena only between
+            // phases, when no region is in kvtier's hands (stores wait for their release,
+            // loads for their buffers).
+            unsafe { HostRegion::new(base.add(i * self.chunk), self.chunk) }
+        })
+        .collect()
+    }
+
+    fn chunks_mut(&mut self) -> impl Iterator<Item = &mut [u8]> {
+        self.mem.chunks_mut(self.chunk)
+    }
 }
 
 /// Chunks to add so the smallest LRU-evicting adapter ends at 1.2× its capacity (0 if none).

@@ -203,6 +203,8 @@ pub(super) async fn raw_only(
         s3_baseline: None,
         peak_rss_mib: peak_rss_bytes() as f64 / (1024.0 * 1024.0),
         stream: false,
+        host_arena: false,
+        host_copies_saved_bytes: 0,
         bytes_in_flight_mib: (in_flight * opts.chunk_size) as f64 / (1024.0 * 1024.0),
         adapters: config.to_redacted_json()["adapters"].clone(),
     })
