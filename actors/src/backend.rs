@@ -39,11 +39,14 @@ struct Ledger {
     sizes: KeyMap<u64>,
     used: u64,
     by_salt: HashMap<Option<Arc<str>>, u64>,
+    /// Bumped on every change: orders readings of `used` (see [`UsageEvent::ledger_seq`]).
+    seq: u64,
 }
 
 impl Ledger {
     /// Records a key; returns true when it was new. A changed size moves usage by the difference.
     fn insert(&mut self, key: &ObjectKey, size: u64) -> bool {
+        self.seq += 1;
         let salt = self
             .by_salt
             .entry(key.cache_salt_arc().cloned())
@@ -65,6 +68,7 @@ impl Ledger {
     /// Forgets a key; returns the size it had. Usage never goes below zero.
     fn remove(&mut self, key: &ObjectKey) -> Option<u64> {
         let size = self.sizes.remove(key)?;
+        self.seq += 1;
         self.used = self.used.saturating_sub(size);
         let salt = key.cache_salt_arc().cloned();
         if let Some(b) = self.by_salt.get_mut(&salt) {
@@ -125,6 +129,7 @@ impl BackendActor {
         let event = UsageEvent {
             adapter: self.index,
             used_bytes: self.ledger.used,
+            ledger_seq: self.ledger.seq,
             kind,
         };
         for s in &self.subscribers {
@@ -297,6 +302,7 @@ impl BackendActor {
             adapter: self.index,
             used_bytes: used,
             capacity_bytes: self.capacity_bytes,
+            ledger_seq: self.ledger.seq,
             fraction,
             keys: self.ledger.sizes.len(),
             bytes_by_cache_salt: self

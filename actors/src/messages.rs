@@ -259,6 +259,8 @@ pub struct Usage {
     pub used_bytes: u64,
     /// `max_capacity_gb × 1024³`; 0 disables eviction.
     pub capacity_bytes: u64,
+    /// The ledger's change counter (orders this reading against usage events).
+    pub ledger_seq: u64,
     /// `used / capacity`, or `-1.0` when the capacity is 0.
     pub fraction: f64,
     /// Number of objects known.
@@ -340,6 +342,9 @@ pub struct UsageEvent {
     /// The adapter's usage in bytes right after the event (its ledger's total: the one source
     /// of usage in the runtime).
     pub used_bytes: u64,
+    /// The ledger's change counter at that moment: of two readings of `used_bytes` (events,
+    /// [`Usage`] replies), the one with the higher counter is the newer.
+    pub ledger_seq: u64,
     /// What happened.
     pub kind: UsageEventKind,
 }

@@ -105,14 +105,25 @@ pub struct EvictionStats {
 struct Tracked {
     target: EvictionTarget,
     policy: Box<dyn EvictionPolicy>,
-    /// The backend's usage, as it last reported it.
+    /// The backend's usage, as it last reported it, and that reading's ledger counter (a
+    /// reading older than the one held is ignored: a `GetUsage` reply can arrive after events
+    /// the backend published later).
     used: u64,
+    seq: u64,
     backend: Option<Addr<BackendActor>>,
     in_flight: bool,
     stats: EvictionStats,
 }
 
 impl Tracked {
+    /// Takes a usage reading unless a newer one is held.
+    fn read(&mut self, used: u64, seq: u64) {
+        if seq >= self.seq {
+            self.used = used;
+            self.seq = seq;
+        }
+    }
+
     fn over_watermark(&self) -> bool {
         let cap = self.target.capacity_bytes;
         cap > 0 && self.used as f64 >= self.target.config.trigger_watermark * cap as f64
@@ -139,6 +150,7 @@ impl EvictionActor {
                         target: t,
                         policy: policy(t.config.eviction_policy),
                         used: 0,
+                        seq: 0,
                         backend: None,
                         in_flight: false,
                         stats: EvictionStats::default(),
@@ -177,7 +189,7 @@ impl EvictionActor {
                 .send(GetUsage)
                 .await
                 .ok()
-                .map(|u| u.adapters.first().map_or(0, |u| u.used_bytes));
+                .and_then(|u| u.adapters.first().map(|u| (u.used_bytes, u.ledger_seq)));
             (removed, used)
         };
         round
@@ -187,8 +199,8 @@ impl EvictionActor {
                     return;
                 };
                 t.in_flight = false;
-                if let Some(used) = used {
-                    t.used = used;
+                if let Some((used, seq)) = used {
+                    t.read(used, seq);
                 }
                 t.stats.evicted_keys += removed.len() as u64;
                 t.stats.evicted_bytes += removed.iter().map(|(_, s)| s).sum::<u64>();
@@ -241,7 +253,7 @@ impl Handler<UsageEvent> for EvictionActor {
         let Some(t) = self.adapters.get_mut(&msg.adapter) else {
             return;
         };
-        t.used = msg.used_bytes;
+        t.read(msg.used_bytes, msg.ledger_seq);
         match msg.kind {
             UsageEventKind::Stored { keys, sizes } => {
                 for (key, size) in keys.iter().zip(sizes) {
