@@ -22,12 +22,12 @@
 //!
 //! #[actix::main]
 //! async fn main() {
-//!     let config = TierConfig { adapters: vec![AdapterConfig::memory()], ..Default::default() };
+//!     let config = TierConfig::with_adapters(vec![AdapterConfig::memory()]);
 //!     let tier = Tier::start(&config).await.unwrap();
 //!     let key = ObjectKey::new("llama", 0, vec![1u8, 2, 3]).unwrap();
 //!     tier.store(vec![key.clone()], vec![Bytes::from(vec![7u8; 4096])]).await.unwrap();
 //!     assert!(tier.lookup_and_lock(vec![key.clone()]).await.unwrap().all());
-//!     let report = tier.load(vec![key.clone()], vec![BytesMut::zeroed(4096)]).await.unwrap();
+//!     let report = tier.load(vec![key.clone()], vec![BytesMut::zeroed(4096)]).await;
 //!     assert!(report.hits.all());
 //!     tier.unlock(vec![key]);
 //!     tier.shutdown();

@@ -6,7 +6,9 @@
 //! deleted (a lookup never locks a key whose deletion is under way, and a store to it is refused
 //! until the deletion ends), the keys being stored (a delete or an eviction skips them until the
 //! write ends, so the two never race at the store and the ledger always follows the last
-//! operation that reached it), and the usage events it publishes. Storage I/O runs concurrently;
+//! operation that reached it), the deletions started while a lookup's probes are in flight (a
+//! probe that saw an object before its deletion started never locks it: a locked key always
+//! loads), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state (and, through [`Io::then`], to the storage's)
 //! in the completion closure, on the actor's own thread, so no lock is ever needed.
 //!
@@ -94,6 +96,52 @@ pub struct BackendActor {
     subscribers: Vec<Recipient<UsageEvent>>,
     /// The storage's object name format (see [`BackendActor::with_name_format`]).
     format: NameFormat,
+    /// Lookups whose probes are in flight, and the deletions started while any was.
+    probes: Probes,
+}
+
+/// What a lookup needs to know when its probes return: whether a deletion of one of its keys
+/// started after they were sent. A probe that saw the object before such a deletion must not
+/// lock it (the load would miss a locked key), whether the deletion has ended by then or not.
+/// Only deletions started while a probe is in flight are remembered, so this stays small.
+#[derive(Debug, Default)]
+struct Probes {
+    in_flight: u32,
+    /// Counts deletions started; a probe remembers the count at its start.
+    epoch: u64,
+    /// Keys whose deletion started while a probe was in flight, with the epoch it started in.
+    deleted: KeyMap<u64>,
+}
+
+impl Probes {
+    /// A probe starts: returns the epoch to hand to [`Probes::end`].
+    fn start(&mut self) -> u64 {
+        self.in_flight += 1;
+        self.epoch
+    }
+
+    /// Deletions of `keys` start.
+    fn deleting<'a>(&mut self, keys: impl Iterator<Item = &'a ObjectKey>) {
+        self.epoch += 1;
+        if self.in_flight > 0 {
+            for k in keys {
+                self.deleted.insert(k.clone(), self.epoch);
+            }
+        }
+    }
+
+    /// Whether a deletion of `key` started after the probe that started at `since`.
+    fn deleted_since(&self, key: &ObjectKey, since: u64) -> bool {
+        self.deleted.get(key).is_some_and(|&e| e > since)
+    }
+
+    /// A probe ended.
+    fn end(&mut self) {
+        self.in_flight -= 1;
+        if self.in_flight == 0 {
+            self.deleted.clear();
+        }
+    }
 }
 
 impl BackendActor {
@@ -115,6 +163,7 @@ impl BackendActor {
             storing: KeyMap::default(),
             subscribers,
             format: NameFormat::default(),
+            probes: Probes::default(),
         }
     }
 
@@ -247,6 +296,7 @@ impl BackendActor {
         for k in &keys {
             self.deleting.insert(k.clone());
         }
+        self.probes.deleting(keys.iter());
         let io = self.storage.remove(keys.clone());
         self.respond(io, move |results, act| {
             reply(act.finish_delete(keys, results))
@@ -448,21 +498,22 @@ impl Handler<LookupAndLock> for BackendActor {
 
     fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
         let n = msg.keys.len();
-        let mut probe = Vec::with_capacity(n);
+        let mut keys = Vec::with_capacity(n);
+        let mut known = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
         for (i, key) in msg.keys.into_iter().enumerate() {
             if self.deleting.contains(&key) || !self.nameable(&key) {
                 continue;
             }
-            let known = self.ledger.sizes.get(&key).copied();
-            probe.push((key, known));
+            known.push(self.ledger.sizes.get(&key).copied());
+            keys.push(key);
             probe_at.push(i);
         }
-        if probe.is_empty() {
+        if keys.is_empty() {
             return ActorResponse::reply(Bitmap::zeros(n));
         }
-        let keys: Vec<ObjectKey> = probe.iter().map(|(k, _)| k.clone()).collect();
-        let io = self.storage.head(probe);
+        let io = self.storage.head(&keys, &known);
+        let since = self.probes.start();
         self.respond(io, move |results, act| {
             let mut hits = Bitmap::zeros(n);
             let mut found = Vec::new();
@@ -477,7 +528,11 @@ impl Handler<LookupAndLock> for BackendActor {
                     }
                 };
                 match size {
-                    Some(size) if size > 0 && !act.deleting.contains(&key) => {
+                    Some(size)
+                        if size > 0
+                            && !act.deleting.contains(&key)
+                            && !act.probes.deleted_since(&key, since) =>
+                    {
                         hits.set(i, true);
                         act.lock(&key);
                         if act.ledger.insert(&key, size) {
@@ -491,6 +546,7 @@ impl Handler<LookupAndLock> for BackendActor {
                     _ => {}
                 }
             }
+            act.probes.end();
             if !found.is_empty() {
                 act.publish(UsageEventKind::Stored {
                     keys: found,

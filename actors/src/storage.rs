@@ -371,13 +371,15 @@ pub trait Storage: Any + Send + Unpin {
     /// Writes objects (never empty; the actor rejects empty objects).
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>>;
 
-    /// Probes sizes: `Some(size)` when present, `None` when absent. Each key comes with the
-    /// size the actor's ledger holds for it (`None`: not in the ledger); a storage whose ledger
-    /// is authoritative (a single writer, or a size cache that cannot go stale) may answer from
-    /// it without a request; see [`answer_known`].
+    /// Probes sizes: `Some(size)` when present, `None` when absent. `known[i]` is the size the
+    /// actor's ledger holds for `keys[i]` (`None`: not in the ledger); a storage whose ledger is
+    /// authoritative (a single writer, or a size cache that cannot go stale) may answer from it
+    /// without a request; see [`answer_known`]. The keys are borrowed: a storage clones only
+    /// those it must probe.
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>>;
 
     /// Reads objects into the buffers (each buffer's length is the expected size); a size
@@ -417,18 +419,19 @@ pub trait Storage: Any + Send + Unpin {
 /// Answers the keys the ledger knows from their known sizes, and the others with `probe`
 /// (called only when some key is unknown); results keep input order.
 pub fn answer_known(
-    keys: Vec<(ObjectKey, Option<u64>)>,
+    keys: &[ObjectKey],
+    known: &[Option<u64>],
     probe: impl FnOnce(Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>>,
 ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
     let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = Vec::with_capacity(keys.len());
     let mut unknown = Vec::new();
     let mut at = Vec::new();
-    for (i, (key, known)) in keys.into_iter().enumerate() {
+    for (i, (key, known)) in keys.iter().zip(known).enumerate() {
         match known {
-            Some(size) if size > 0 => out.push(Some(Ok(Some(size)))),
+            Some(size) if *size > 0 => out.push(Some(Ok(Some(*size)))),
             _ => {
                 out.push(None);
-                unknown.push(key);
+                unknown.push(key.clone());
                 at.push(i);
             }
         }

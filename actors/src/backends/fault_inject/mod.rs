@@ -343,24 +343,30 @@ impl Storage for FaultInjectStorage {
 
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let n = keys.len();
         // Keys the actor's ledger vouches for are answered without a fault, as they are when
         // no wrapper stands between (a ledger hit never reaches a store that trusts it).
-        let unknown = keys.iter().filter(|(_, k)| k.is_none()).count();
+        let unknown = known.iter().filter(|k| k.is_none()).count();
         let mut drawn = self
             .plan("head", unknown, Some(|| Fate::ForwardCorrupt))
             .into_iter();
-        let plan = keys
+        let plan = known
             .iter()
-            .map(|(_, known)| match known {
+            .map(|known| match known {
                 Some(_) => Fate::Forward,
                 None => drawn.next().unwrap_or(Fate::Forward),
             })
             .collect();
-        let (forward, fates) = split(keys, plan);
-        let inner = (!forward.is_empty()).then(|| self.inner.head(forward));
+        let items: Vec<(ObjectKey, Option<u64>)> =
+            keys.iter().cloned().zip(known.iter().copied()).collect();
+        let (forward, fates) = split(items, plan);
+        let inner = (!forward.is_empty()).then(|| {
+            let (fkeys, fknown): (Vec<ObjectKey>, Vec<Option<u64>>) = forward.into_iter().unzip();
+            self.inner.head(&fkeys, &fknown)
+        });
         self.finish(
             "head",
             inner,
@@ -483,8 +489,11 @@ mod tests {
         }
     }
 
-    fn unknown(keys: impl IntoIterator<Item = ObjectKey>) -> Vec<(ObjectKey, Option<u64>)> {
-        keys.into_iter().map(|k| (k, None)).collect()
+    fn head(
+        s: &mut FaultInjectStorage,
+        keys: &[ObjectKey],
+    ) -> Vec<Result<Option<u64>, BackendError>> {
+        ready(s.head(keys, &vec![None; keys.len()]))
     }
 
     fn wrap(cfg: FaultInjectConfig) -> FaultInjectStorage {
@@ -503,7 +512,7 @@ mod tests {
         let res = ready(s.put(items));
         let failed: Vec<usize> = (0..7).filter(|i| res[*i].is_err()).collect();
         assert_eq!(failed, vec![2, 5]);
-        let sizes = ready(s.head(unknown((0..7).map(key))));
+        let sizes = head(&mut s, &(0..7).map(key).collect::<Vec<_>>());
         // Items 3 and 6 of this batch fail too (errors, shown as None); keys 2 and 5 were never
         // written.
         let seen: Vec<_> = sizes.iter().map(|r| r.clone().ok().flatten()).collect();
@@ -525,7 +534,7 @@ mod tests {
         });
         ready(s.put(vec![(key(1), Bytes::from(vec![9u8; 10]))]));
         assert_eq!(
-            ready(s.head(unknown([key(1), key(2)]))),
+            head(&mut s, &[key(1), key(2)]),
             vec![Ok(Some(11)), Ok(None)]
         );
         let mut buf = LoadBuf::zeroed(10);

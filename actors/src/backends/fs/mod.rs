@@ -251,9 +251,10 @@ impl Storage for FsStorage {
     /// The directory has one writer, this actor: the ledger's sizes are the files' sizes.
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        answer_known(keys, |unknown| {
+        answer_known(keys, known, |unknown| {
             self.fan_out(
                 unknown,
                 |p, k| match fs::metadata(p.object(&k)) {

@@ -450,11 +450,12 @@ impl Storage for HfStorage {
     /// are not trusted: other writers share the bucket).
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        _known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = vec![None; keys.len()];
         let mut ask = Vec::new();
-        for (i, (k, _)) in keys.iter().enumerate() {
+        for (i, k) in keys.iter().enumerate() {
             let path = self.ctx.path(k);
             match self.fresh(&path).map(|k| k.size) {
                 Some(size) => {

@@ -12,7 +12,7 @@ pub use config::MemoryConfig;
 use crate::buffer::LoadBuf;
 use crate::key::{KeyMap, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Removed, Storage};
+use crate::storage::{answer_known, BackendError, Fetched, Io, Removed, Storage};
 
 /// In-process storage. Every operation completes synchronously inside the actor's handler.
 #[derive(Debug, Default)]
@@ -63,15 +63,20 @@ impl Storage for MemoryStorage {
         Io::ready(vec![Ok(()); n])
     }
 
+    /// The map has one writer, this actor: the ledger's sizes are the objects' sizes.
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        Io::ready(
-            keys.iter()
-                .map(|(k, _)| Ok(self.objects.get(k).map(|b| b.len() as u64)))
-                .collect(),
-        )
+        answer_known(keys, known, |unknown| {
+            Io::ready(
+                unknown
+                    .iter()
+                    .map(|k| Ok(self.objects.get(k).map(|b| b.len() as u64)))
+                    .collect(),
+            )
+        })
     }
 
     fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {

@@ -647,15 +647,13 @@ impl Storage for S3Storage {
     /// unreachable, a size-cache hit would lock a key whose load must miss.
     fn head(
         &mut self,
-        keys: Vec<(ObjectKey, Option<u64>)>,
+        keys: &[ObjectKey],
+        known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
         let trust = self.breaker.state == BreakerState::Closed;
-        let keys = if trust {
-            keys
-        } else {
-            keys.into_iter().map(|(k, _)| (k, None)).collect()
-        };
-        answer_known(keys, |unknown| {
+        let unknown_all = vec![None; if trust { 0 } else { keys.len() }];
+        let known = if trust { known } else { &unknown_all };
+        answer_known(keys, known, |unknown| {
             let direct = self.signer();
             self.per_item("head", unknown, move |shared, key: ObjectKey| {
                 let direct = direct.clone();
