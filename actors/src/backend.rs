@@ -513,13 +513,15 @@ impl Handler<LookupAndLock> for BackendActor {
             return ActorResponse::reply(Bitmap::zeros(n));
         }
         let io = self.storage.head(&keys, &known);
+        let immediate = !matches!(io.0, IoState::Pending(_));
         let since = self.probes.start();
         self.respond(io, move |results, act| {
             let mut hits = Bitmap::zeros(n);
             let mut found = Vec::new();
             let mut found_sizes = Vec::new();
             let mut accessed = Vec::new();
-            for ((key, i), res) in keys.into_iter().zip(probe_at).zip(results) {
+            let answers = keys.into_iter().zip(probe_at).zip(known).zip(results);
+            for (((key, i), ledger_size), res) in answers {
                 let size = match res {
                     Ok(s) => s,
                     Err(e) => {
@@ -535,7 +537,11 @@ impl Handler<LookupAndLock> for BackendActor {
                     {
                         hits.set(i, true);
                         act.lock(&key);
-                        if act.ledger.insert(&key, size) {
+                        // A size the ledger has needs no update (nor a change count). Answered
+                        // at once, the ledger cannot have changed since it was read.
+                        let unchanged = ledger_size == Some(size)
+                            && (immediate || act.ledger.sizes.get(&key) == Some(&size));
+                        if !unchanged && act.ledger.insert(&key, size) {
                             found.push(key.clone());
                             found_sizes.push(size);
                         }
