@@ -7,7 +7,7 @@ Usage: bench/arena.py --kvtier target/release/kvtier [--rounds 3] [-- extra kvti
            'bench/arena.py --rounds 3 -- --l2-adapter "$KVTIER_S3_ADAPTER" --no-baseline --cleanup'
 
 Prints, per mode, the median over rounds of each phase's GB/s, client CPU-s per GiB, and the
-large (>= 64 KiB) heap blocks allocated in the phase, then the arena/owned ratios and the bytes
+large (>= 64 KiB) and chunk-sized heap blocks allocated in the phase, then the arena/owned ratios and the bytes
 of host memcpy the arena saved. One JSON object per run goes to stderr, for the record.
 """
 import argparse
@@ -51,12 +51,13 @@ def main():
     first = runs[False][0]
     print(f"{a.rounds} rounds, {first['chunks']} x {first['chunk_size']} B, batch {first['batch']}, "
           f"concurrency {first['concurrency']}, adapter {first['adapters'][0]['type']}")
-    print(f"{'phase':8} {'mode':6} {'GB/s':>7} {'CPU-s/GiB':>10} {'large allocs':>13} {'large MiB':>10}")
+    print(f"{'phase':8} {'mode':6} {'GB/s':>7} {'CPU-s/GiB':>10} {'large allocs':>13} {'large MiB':>10} "
+          f"{'chunk-sized':>12}")
     for phase in ("store", "load"):
         for mode in (False, True):
             print(f"{phase:8} {'arena' if mode else 'owned':6} {med(mode, phase, 'gbps'):7.3f} "
                   f"{med(mode, phase, 'cpu_s_per_gib'):10.3f} {med(mode, phase, 'large_allocs'):13.0f} "
-                  f"{med(mode, phase, 'large_alloc_mib'):10.1f}")
+                  f"{med(mode, phase, 'large_alloc_mib'):10.1f} {med(mode, phase, 'chunk_allocs'):12.0f}")
         print(f"{phase:8} ratio  {med(True, phase, 'gbps') / med(False, phase, 'gbps'):7.2f} "
               f"{med(True, phase, 'cpu_s_per_gib') / med(False, phase, 'cpu_s_per_gib'):10.2f}")
     saved = runs[True][0]["host_copies_saved_bytes"]

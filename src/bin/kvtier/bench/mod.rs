@@ -200,6 +200,9 @@ pub struct PhaseReport {
     pub large_allocs: u64,
     /// Their bytes, MiB.
     pub large_alloc_mib: f64,
+    /// Heap blocks at least one chunk large allocated in the phase: each would be a staging
+    /// copy of a chunk (receive buffers of the HTTP client are smaller).
+    pub chunk_allocs: u64,
 }
 
 /// The raw aws-sdk-s3 baseline of an `s3` adapter: the same objects and concurrency through a
@@ -413,6 +416,7 @@ pub(crate) struct Timer {
     start: Instant,
     usage: Usage,
     large: (u64, u64),
+    chunk_allocs: u64,
 }
 
 impl Timer {
@@ -423,6 +427,7 @@ impl Timer {
             start: Instant::now(),
             usage: Usage::now(),
             large: alloc::large(),
+            chunk_allocs: alloc::chunk_sized(),
         }
     }
     pub(crate) fn record(&mut self, d: Duration) {
@@ -448,12 +453,14 @@ impl Timer {
             context_switches: now.context_switches - self.usage.context_switches,
             large_allocs: alloc::large().0 - self.large.0,
             large_alloc_mib: (alloc::large().1 - self.large.1) as f64 / (1024.0 * 1024.0),
+            chunk_allocs: alloc::chunk_sized() - self.chunk_allocs,
         }
     }
 }
 
 /// Runs the bench and returns its report.
 pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
+    alloc::set_chunk_size(opts.chunk_size);
     if opts.client == BenchClient::RawS3 {
         #[cfg(feature = "s3")]
         return raw_s3::raw_only(&config, opts).await;
