@@ -49,6 +49,12 @@ use pyo3::types::{PyBytes, PyDict};
 /// cache_salt).
 type KeyTuple = (Vec<u8>, String, u32, u32, String);
 
+/// One page of a listing: (key, size) entries and the next cursor.
+type Page = (Vec<(KeyTuple, u64)>, Option<String>);
+
+/// A listing's reply: the page, or (is the request invalid, message).
+type ListReply = Result<Page, (bool, String)>;
+
 /// A command for the runtime thread.
 enum Cmd {
     Store {
@@ -73,7 +79,7 @@ enum Cmd {
         model: Option<String>,
         cursor: Option<String>,
         page_size: usize,
-        reply: flume::Sender<Result<(Vec<(KeyTuple, u64)>, Option<String>), (bool, String)>>,
+        reply: flume::Sender<ListReply>,
     },
     Close,
 }
@@ -670,14 +676,13 @@ impl Core {
     /// One page of stored keys: (entries of (key tuple, size), next cursor). A malformed
     /// cursor raises `ValueError`; a store that cannot list raises `RuntimeError`.
     #[pyo3(signature = (model_name, page_size, cursor))]
-    #[allow(clippy::type_complexity)]
     fn list_keys(
         &self,
         py: Python<'_>,
         model_name: Option<String>,
         page_size: usize,
         cursor: Option<String>,
-    ) -> PyResult<(Vec<(KeyTuple, u64)>, Option<String>)> {
+    ) -> PyResult<Page> {
         let reply = self.ask(py, |reply| Cmd::List {
             model: model_name,
             cursor,
