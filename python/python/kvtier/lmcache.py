@@ -33,6 +33,7 @@ Invariants (the Rust side, ``kvtier._native``, documents its own):
 from __future__ import annotations
 
 import json
+import threading
 from typing import TYPE_CHECKING, Any, Optional
 
 from lmcache.lmcache_native import Bitmap
@@ -92,6 +93,15 @@ class KvtierL2Adapter(L2AdapterInterface):
         capacity = int(float(resolved.get("max_capacity_gb", 0) or 0) * _GIB)
         super().__init__(max_capacity_bytes=0 if self._kvtier_evicts else capacity)
         self._capacity_bytes = capacity
+        # Keys the base class accounts for, with their sizes. kvtier's `stored` events also
+        # report re-stores (they refresh recency); LMCache counts and announces new keys only.
+        self._sizes: dict[ObjectKey, int] = {}
+        # Serialises event delivery: events must reach the accounting and the listeners in
+        # kvtier's order (a `stored` before the `deleted` of the same key), and two LMCache
+        # controller threads call in at once. The one lock of the plugin; held only while
+        # handing one drained batch to the base class, never while kvtier works. Re-entrant,
+        # as a listener may call back into the adapter.
+        self._delivering = threading.RLock()
         self._core = Core(text)
         self._seed_accounting()
 
@@ -99,14 +109,20 @@ class KvtierL2Adapter(L2AdapterInterface):
 
     def _deliver_events(self) -> None:
         """Hands kvtier's usage events to the base class (accounting and listeners)."""
-        for kind, keys, sizes in self._core.drain_events():
-            pkeys = [_py_key(k) for k in keys]
-            if kind == "stored":
-                self._notify_keys_stored(pkeys, list(sizes))
-            elif kind == "deleted":
-                self._notify_keys_deleted(pkeys, list(sizes))
-            elif kind == "accessed":
-                self._notify_keys_accessed(pkeys)
+        with self._delivering:
+            for kind, keys, sizes in self._core.drain_events():
+                pkeys = [_py_key(k) for k in keys]
+                if kind == "stored":
+                    new = [(k, n) for k, n in zip(pkeys, sizes) if k not in self._sizes]
+                    if new:
+                        self._sizes.update(new)
+                        self._notify_keys_stored([k for k, _ in new], [n for _, n in new])
+                elif kind == "deleted":
+                    gone = [(k, self._sizes.pop(k)) for k in pkeys if k in self._sizes]
+                    if gone:
+                        self._notify_keys_deleted([k for k, _ in gone], [n for _, n in gone])
+                elif kind == "accessed":
+                    self._notify_keys_accessed(pkeys)
 
     def _seed_accounting(self) -> None:
         """Objects kvtier found at start (``recover_on_start`` / ``rebuild_index_on_start``)
@@ -117,10 +133,11 @@ class KvtierL2Adapter(L2AdapterInterface):
         cursor: Optional[str] = None
         while True:
             entries, cursor = self._core.list_keys(None, 1000, cursor)
-            if entries:
-                self._notify_keys_stored(
-                    [_py_key(k) for k, _ in entries], [size for _, size in entries]
-                )
+            new = [(_py_key(k), n) for k, n in entries]
+            new = [(k, n) for k, n in new if k not in self._sizes]
+            if new:
+                self._sizes.update(new)
+                self._notify_keys_stored([k for k, _ in new], [n for _, n in new])
             if cursor is None:
                 break
 
