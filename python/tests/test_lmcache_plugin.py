@@ -462,3 +462,73 @@ def test_stress_two_threads(make_adapter, kind, tmp_path, request):
     bits = lookup(a, list(live))
     assert a.get_usage().total_bytes_used == size * sum(bits) == deleted
     a.submit_unlock([k for k, b in zip(live, bits) if b])
+
+
+# -- end to end: LMCache's storage manager, store and prefetch controllers --------------------
+
+
+def test_end_to_end_through_lmcache_storage_manager(tmp_path):
+    """L1 write -> LMCache's store controller stores to kvtier; L1 dropped -> LMCache's
+    prefetch controller looks up, locks and loads from kvtier back into L1. CPU only."""
+    import argparse
+    import json
+
+    from lmcache.v1.distributed.api import (
+        GroupedObjectKeys,
+        MemoryLayoutDesc,
+        PrefetchTaskSpec,
+    )
+    from lmcache.v1.distributed.config import add_storage_manager_args, parse_args_to_config
+    from lmcache.v1.distributed.storage_manager import StorageManager
+
+    parser = argparse.ArgumentParser()
+    add_storage_manager_args(parser)
+    spec = plugin_spec({"type": "fs", "base_path": str(tmp_path / "l2")})
+    cfg = parse_args_to_config(parser.parse_args(
+        ["--l1-size-gb", "0.05", "--eviction-policy", "LRU", "--l2-adapter", json.dumps(spec)]))
+    sm = StorageManager(cfg)
+    try:
+        ((_, adapter),) = sm.l2_adapters()
+        assert type(adapter).__name__ == "KvtierL2Adapter"
+        keys = keys_for(unique("m/"), 4)
+        all_stored = threading.Event()
+        seen: set = set()
+
+        class Listener:
+            def on_l2_keys_stored(self, ks, sizes):
+                seen.update(ks)
+                if set(keys) <= seen:
+                    all_stored.set()
+
+            def on_l2_keys_accessed(self, ks):
+                pass
+
+            def on_l2_keys_deleted(self, ks):
+                pass
+
+        sm.register_l2_listener(Listener())
+        n = 4096
+        layout = MemoryLayoutDesc(shapes=[torch.Size([n])], dtypes=[torch.uint8])
+        reserved = sm.reserve_write(keys, layout)
+        want = {}
+        for i, k in enumerate(keys):
+            src = mobj(n, seed=100 + i)
+            reserved[k].tensor.view(torch.uint8).view(-1).copy_(src.tensor)
+            want[k] = data(src)
+        sm.finish_write(keys)
+        assert all_stored.wait(TIMEOUT), "the store controller never stored into kvtier"
+        assert adapter.get_usage().total_bytes_used == 4 * n
+
+        deleted, _ = sm.delete_l1_keys(keys, force=True)
+        assert deleted == 4
+        handle = sm.submit_prefetch_task(PrefetchTaskSpec(
+            key_groups=[GroupedObjectKeys(keys=keys, object_group_id=0, layout_desc=layout)]))
+        assert sm.wait_prefetch_status(handle, TIMEOUT), "prefetch did not finish"
+        result = sm.query_prefetch_status(handle)
+        assert result is not None
+        assert [result.l2_hit_cells[0].test(i) for i in range(4)] == [True] * 4
+        with sm.read_prefetched_results(keys) as objs:
+            assert objs is not None
+            assert [data(o) for o in objs] == [want[k] for k in keys]
+    finally:
+        sm.close()
