@@ -532,3 +532,15 @@ def test_end_to_end_through_lmcache_storage_manager(tmp_path):
             assert [data(o) for o in objs] == [want[k] for k in keys]
     finally:
         sm.close()
+
+
+def test_failed_store_is_a_failed_task(make_adapter):
+    # kvtier's "seed" names have no group field: a key of group 1 is refused, so the task fails
+    # (LMCache reports store failures per task), and the key is not found afterwards.
+    a = make_adapter(plugin_spec({"type": "memory", "object_name_format": "seed"}))
+    model = unique("m/")
+    ok, bad = keys_for(model, 1), keys_for(model, 1, group=1, start=1)
+    r = store(a, ok + bad, [mobj(100, fill=1), mobj(100, fill=2)])
+    assert not r.is_successful()
+    assert lookup(a, ok + bad) == [True, False]
+    assert a.get_usage().total_bytes_used == 100
