@@ -718,6 +718,25 @@ impl Core {
     }
 }
 
+impl Drop for Core {
+    /// An adapter dropped without `close` is closed here: the runtime finishes what is in
+    /// flight (it never needs the GIL, so waiting for it cannot deadlock) before the eventfds
+    /// are closed, so no closed (and possibly reused) descriptor is ever written.
+    fn drop(&mut self) {
+        if !self.closed.swap(true, Ordering::SeqCst) {
+            let _ = self.cmds.send(Cmd::Close);
+            let _ = self.stopped.recv();
+        }
+        for fd in &self.fds {
+            let fd = fd.swap(-1, Ordering::SeqCst);
+            if fd >= 0 {
+                // SAFETY: our own eventfd; the runtime thread has finished.
+                unsafe { libc::close(fd) };
+            }
+        }
+    }
+}
+
 /// Checks kvtier adapter JSON without starting anything: `ValueError` naming the adapter and
 /// the field when it is wrong, otherwise the adapter's resolved configuration as JSON text,
 /// secrets redacted.

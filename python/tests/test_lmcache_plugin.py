@@ -544,3 +544,24 @@ def test_failed_store_is_a_failed_task(make_adapter):
     assert not r.is_successful()
     assert lookup(a, ok + bad) == [True, False]
     assert a.get_usage().total_bytes_used == 100
+
+
+def test_adapter_dropped_without_close_stops_its_runtime():
+    import gc
+
+    a = lmcache_adapter(plugin_spec({"type": "memory"}))
+    keys = keys_for(unique("m/"), 2)
+    assert store(a, keys, [mobj(64, fill=1), mobj(64, fill=2)]).is_successful()
+    fds = [a.get_store_event_fd(), a.get_lookup_and_lock_event_fd(), a.get_load_event_fd()]
+    assert all(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]" for fd in fds)
+    del a
+    gc.collect()
+    # Dropping it waited for its runtime to stop, then closed its eventfds (a number may have
+    # been reused since, but not by three eventfds at once).
+    still = []
+    for fd in fds:
+        try:
+            still.append(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]")
+        except OSError:
+            still.append(False)
+    assert not all(still)
