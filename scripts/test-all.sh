@@ -38,3 +38,10 @@ cargo test --workspace --no-fail-fast
 
 step "tests, minimal runtime (an s3/hfbucket adapter is a named config error)"
 cargo test --no-default-features --test config
+
+step "LMCache plugin: venv (lmcache 0.5.6, torch CPU; cached), kvtier wheel, pytest"
+# python/tests starts its own Garage (KVTIER_GARAGE_BIN) and Hub emulator (built here).
+cargo build --example hub_emulator
+LMCACHE_VENV="$(scripts/lmcache-venv.sh)"
+"$LMCACHE_VENV/bin/python" -m pytest python/tests -q -p no:cacheprovider \
+    -W ignore::FutureWarning -W ignore::DeprecationWarning

@@ -1,0 +1,567 @@
+"""kvtier as LMCache 0.5.6's L2 adapter, driven only through LMCache: its ``--l2-adapter``
+parser and factory build the adapter (``{"type": "plugin", "module_path": "kvtier.lmcache",
+...}``), and every call is one of ``L2AdapterInterface``'s. Completions are awaited on the
+adapter's eventfds (poll with a generous timeout), never by sleeping.
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import threading
+import time
+
+import pytest
+import torch
+from conftest import lmcache_adapter, plugin_spec, unique
+from lmcache.v1.distributed.api import ObjectKey
+from lmcache.v1.memory_management import MemoryObjMetadata, TensorMemoryObj
+
+TIMEOUT = 120.0
+
+
+# -- helpers ----------------------------------------------------------------------------------
+
+
+def mobj(n: int, fill: int | None = None, seed: int | None = None) -> TensorMemoryObj:
+    """A CPU MemoryObj of n bytes: zeros, one byte value, or seeded random bytes."""
+    if seed is not None:
+        g = torch.Generator().manual_seed(seed)
+        t = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=g)
+    else:
+        t = torch.full((n,), fill or 0, dtype=torch.uint8)
+    meta = MemoryObjMetadata(shape=torch.Size([n]), dtype=torch.uint8, address=0, phy_size=n,
+                             ref_count=1)
+    return TensorMemoryObj(t, meta, None)
+
+
+def data(o) -> bytes:
+    return bytes(o.byte_array)
+
+
+def keys_for(model: str, n: int, salt: str = "", group: int = 0, start: int = 0):
+    return [ObjectKey(chunk_hash=(start + i).to_bytes(8, "big") + b"\xab", model_name=model,
+                      kv_rank=3, object_group_id=group, cache_salt=salt)
+            for i in range(n)]
+
+
+def wait_fd(fd: int, timeout: float = TIMEOUT) -> None:
+    p = select.poll()
+    p.register(fd, select.POLLIN)
+    if not p.poll(timeout * 1000):
+        raise AssertionError(f"no completion signalled on fd {fd} within {timeout} s")
+    try:
+        os.eventfd_read(fd)
+    except BlockingIOError:
+        pass
+
+
+def store(a, keys, objs):
+    task = a.submit_store_task(keys, objs)
+    while True:
+        wait_fd(a.get_store_event_fd())
+        done = a.pop_completed_store_tasks()
+        if task in done:
+            return done[task]
+
+
+def lookup(a, keys) -> list[bool]:
+    task = a.submit_lookup_and_lock_task(keys, {})
+    while True:
+        bm = a.query_lookup_and_lock_result(task)
+        if bm is not None:
+            assert a.query_lookup_and_lock_result(task) is None, "a result is given once"
+            return [bm.test(i) for i in range(len(keys))]
+        wait_fd(a.get_lookup_and_lock_event_fd())
+
+
+def load(a, keys, objs) -> list[bool]:
+    task = a.submit_load_task(keys, objs)
+    while True:
+        bm = a.query_load_result(task)
+        if bm is not None:
+            assert a.query_load_result(task) is None, "a result is given once"
+            return [bm.test(i) for i in range(len(keys))]
+        wait_fd(a.get_load_event_fd())
+
+
+class Recorder:
+    """An L2AdapterListener that records what it hears."""
+
+    def __init__(self) -> None:
+        self.stored: list = []
+        self.accessed: list = []
+        self.deleted: list = []
+
+    def on_l2_keys_stored(self, keys, sizes):
+        self.stored += list(zip(keys, sizes))
+
+    def on_l2_keys_accessed(self, keys):
+        self.accessed += list(keys)
+
+    def on_l2_keys_deleted(self, keys):
+        self.deleted += list(keys)
+
+
+# -- construction and configuration -----------------------------------------------------------
+
+
+def test_built_by_lmcache_factory_is_an_l2_adapter(make_adapter):
+    from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface
+
+    a = make_adapter(plugin_spec({"type": "memory"}))
+    assert isinstance(a, L2AdapterInterface)
+    assert type(a).__module__ == "kvtier.lmcache"
+
+
+def test_import_kvtier_does_not_need_lmcache():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['lmcache'] = None; import kvtier; "
+            "print(kvtier.check_adapter('{\"type\": \"memory\"}'))")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert '"type":"memory"' in r.stdout
+    code = "import sys; sys.modules['lmcache'] = None; import kvtier.lmcache"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode != 0 and "lmcache" in r.stderr
+
+
+@pytest.mark.parametrize("params, field", [
+    ({"type": "fs", "base_path": "/tmp/x", "fsync": "true"}, "fsync"),
+    ({"type": "fs", "base_path": "/tmp/x", "num_wokers": 2}, "num_wokers"),
+    ({"type": "s3", "s3_region": "garage"}, "s3_endpoint"),
+    ({"type": "s3", "s3_endpoint": "http://127.0.0.1:9", "s3_bucket": "b", "s3_region": "r",
+      "disable_tls": True, "s3_num_io_threads": 0}, "s3_num_io_threads"),
+    ({"type": "hfbucket", "bucket_handle": "hf://buckets/a/b", "metadata_cache_ttl_secs": -1},
+     "metadata_cache_ttl_secs"),
+    ({"type": "memory", "eviction": {"eviction_policy": "FIFO"}}, "eviction.eviction_policy"),
+    ({"type": "tape"}, "type"),
+])
+def test_bad_field_is_a_value_error_naming_it(params, field):
+    # Port 9 (discard) on 127.0.0.1 is never contacted: the strict parse fails first.
+    secret = "kvtier-plugin-very-secret-9f8e7d"
+    if params["type"] == "s3":
+        params = {**params, "aws_access_key_id": "GKx", "aws_secret_access_key": secret}
+    started = time.monotonic()
+    with pytest.raises(ValueError) as e:
+        lmcache_adapter(plugin_spec(params))
+    assert f"`{field}`" in str(e.value), str(e.value)
+    assert secret not in str(e.value)
+    assert time.monotonic() - started < 10
+
+
+def test_event_fds_are_distinct(make_adapter, tmp_path):
+    a = make_adapter(plugin_spec({"type": "memory"}))
+    b = make_adapter(plugin_spec({"type": "fs", "base_path": str(tmp_path)}))
+    fds = [f() for x in (a, b) for f in (x.get_store_event_fd, x.get_lookup_and_lock_event_fd,
+                                         x.get_load_event_fd)]
+    assert len(set(fds)) == 6 and all(fd >= 0 for fd in fds)
+
+
+# -- the contract, on every backend ------------------------------------------------------------
+
+
+def test_store_lookup_load(make_adapter, backend):
+    a = make_adapter(plugin_spec(backend))
+    model = unique("m/")
+    keys = keys_for(model, 4)
+    objs = [mobj(4096 + 512 * i, seed=i) for i in range(4)]
+    r = store(a, keys, objs)
+    assert r.is_successful() and r.bytes_transferred() == sum(o.get_size() for o in objs)
+    # Storing again succeeds and transfers no new bytes (bytes of new keys only).
+    r = store(a, keys[:2] + keys_for(model, 1, start=10),
+              objs[:2] + [mobj(1000, fill=7)])
+    assert r.is_successful() and r.bytes_transferred() == 1000
+    unknown = keys_for(model, 2, start=100)
+    assert lookup(a, keys + unknown) == [True] * 4 + [False] * 2
+    outs = [mobj(o.get_size()) for o in objs]
+    assert load(a, keys, outs) == [True] * 4
+    assert [data(o) for o in outs] == [data(o) for o in objs]
+    # A buffer of another size is a miss (bit 0), whatever the others do.
+    wrong = [mobj(4095), mobj(objs[1].get_size())]
+    assert load(a, keys[:2], wrong) == [False, True]
+    assert data(wrong[1]) == data(objs[1])
+    if backend["type"] in ("memory", "fs"):
+        assert data(wrong[0]) == bytes(4095), "a size mismatch leaves the buffer untouched"
+    a.submit_unlock(keys)
+
+
+def test_listeners_usage_locks_and_delete(make_adapter, backend):
+    a = make_adapter(plugin_spec(backend))
+    rec = Recorder()
+    a.register_listener(rec)
+    model = unique("m/")
+    keys = keys_for(model, 3) + keys_for(model, 1, salt="tenant-a", start=3)
+    sizes = [2048, 3072, 4096, 1024]
+    assert store(a, keys, [mobj(n, fill=1) for n in sizes]).is_successful()
+    assert sorted(rec.stored, key=lambda p: p[1]) == sorted(zip(keys, sizes), key=lambda p: p[1])
+    u = a.get_usage()
+    assert u.total_bytes_used == sum(sizes)
+    assert dict(u.bytes_by_cache_salt) == {"": 9216, "tenant-a": 1024}
+    # Storing again: no new stored notification, no change in usage.
+    store(a, keys[:1], [mobj(2048, fill=2)])
+    assert len(rec.stored) == 4 and a.get_usage().total_bytes_used == sum(sizes)
+
+    # accessed fires on lookup hits only: not for misses, not for loads.
+    missing = keys_for(model, 1, start=50)
+    assert lookup(a, [keys[0], missing[0], keys[1]]) == [True, False, True]
+    assert sorted(rec.accessed, key=lambda k: k.chunk_hash) == [keys[0], keys[1]]
+    assert load(a, keys[:2], [mobj(2048), mobj(3072)]) == [True, True]
+    assert len(rec.accessed) == 2
+
+    # Locks are reference counts; delete skips locked keys and fires deleted only for removed.
+    assert lookup(a, [keys[0]]) == [True]  # keys[0] now locked twice, keys[1] once
+    a.delete([keys[0], keys[1], keys[2], missing[0]])
+    assert rec.deleted == [keys[2]]
+    assert a.get_usage().total_bytes_used == 2048 + 3072 + 1024
+    a.submit_unlock([keys[0], keys[1]])
+    a.delete([keys[0], keys[1]])
+    assert sorted(rec.deleted, key=lambda k: k.chunk_hash) == [keys[1], keys[2]]
+    a.submit_unlock([keys[0]])
+    a.delete([keys[0], keys[3]])
+    assert len(rec.deleted) == 4
+    u = a.get_usage()
+    assert u.total_bytes_used == 0 and dict(u.bytes_by_cache_salt) == {}
+    assert lookup(a, keys) == [False] * 4
+
+
+def test_groups_and_salts_round_trip(make_adapter, backend):
+    a = make_adapter(plugin_spec(backend))
+    model = unique("m/")
+    keys = keys_for(model, 2, group=1) + keys_for(model, 2, salt="s", group=2)
+    objs = [mobj(1500, seed=10 + i) for i in range(4)]
+    assert store(a, keys, objs).is_successful()
+    assert lookup(a, keys) == [True] * 4
+    # Same hash, other group: another object.
+    assert lookup(a, keys_for(model, 1, group=5)) == [False]
+    outs = [mobj(1500) for _ in keys]
+    assert load(a, keys, outs) == [True] * 4
+    assert [data(o) for o in outs] == [data(o) for o in objs]
+
+
+def test_list_and_status(make_adapter, backend):
+    a = make_adapter(plugin_spec(backend))
+    model = unique("m/")
+    keys = keys_for(model, 5)
+    assert store(a, keys, [mobj(1000 + i) for i in range(5)]).is_successful()
+    status = a.report_status()
+    assert status["is_healthy"] is True and status["kvtier_adapter"] == backend["type"]
+    assert status["current_size_bytes"] == sum(1000 + i for i in range(5))
+    seen, cursor = [], None
+    while True:
+        page = a.list_l2_keys(model_name=model, page_size=2, cursor=cursor)
+        assert len(page.entries) <= 2
+        seen += [(e.key, e.size_bytes) for e in page.entries]
+        cursor = page.next_page_token
+        if cursor is None:
+            break
+    assert sorted(seen, key=lambda p: p[1]) == [
+        (k.to_encoded_object_key(), 1000 + i) for i, k in enumerate(keys)]
+    with pytest.raises(ValueError):
+        a.list_l2_keys(page_size=0)
+
+
+def test_submits_after_close_fail_at_once(backend):
+    a = lmcache_adapter(plugin_spec(backend))
+    model = unique("m/")
+    keys = keys_for(model, 2)
+    assert store(a, keys, [mobj(100, fill=1), mobj(100, fill=2)]).is_successful()
+    a.close()
+    a.close()  # idempotent
+    t = a.submit_store_task(keys, [mobj(100), mobj(100)])
+    assert not a.pop_completed_store_tasks()[t].is_successful()
+    t = a.submit_lookup_and_lock_task(keys, {})
+    bm = a.query_lookup_and_lock_result(t)
+    assert bm is not None and not bm.test(0) and not bm.test(1)
+    outs = [mobj(100, fill=9), mobj(100, fill=9)]
+    t = a.submit_load_task(keys, outs)
+    bm = a.query_load_result(t)
+    assert bm is not None and not bm.test(0)
+    assert data(outs[0]) == bytes([9]) * 100
+    assert a.report_status()["is_healthy"] is False
+
+
+# -- eviction: one evictor per adapter --------------------------------------------------------
+
+
+def test_lmcache_evicts_by_default(make_adapter, tmp_path):
+    a = make_adapter(plugin_spec({"type": "fs", "base_path": str(tmp_path),
+                                  "max_capacity_gb": 1}))
+    assert a.supports_global_eviction
+    assert a.get_usage().total_capacity_bytes == 1024**3
+    assert a.report_status()["eviction"] == "lmcache"
+
+
+def test_kvtier_evicts_when_asked_and_lmcache_does_not(make_adapter):
+    cap_gb = 8192 / 1024**3  # 8 KiB
+    a = make_adapter(plugin_spec({"type": "memory", "max_capacity_gb": cap_gb,
+                                  "eviction": {"eviction_policy": "LRU",
+                                               "trigger_watermark": 0.5,
+                                               "eviction_ratio": 0.5}}))
+    assert not a.supports_global_eviction
+    assert a.report_status()["eviction"] == "kvtier"
+    rec = Recorder()
+    a.register_listener(rec)
+    keys = keys_for(unique("m/"), 8)
+    for k in keys:
+        assert store(a, [k], [mobj(1024, fill=3)]).is_successful()
+    # kvtier's evictor runs on its own thread after the store events: wait for its deletions
+    # (a bounded wait on a background actor, not on an adapter operation).
+    deadline = time.monotonic() + 30
+    while not rec.deleted and time.monotonic() < deadline:
+        time.sleep(0.02)
+        a.get_usage()
+    assert rec.deleted, "kvtier's evictor removed nothing"
+    assert a.get_usage().total_bytes_used == 1024 * (8 - len(rec.deleted))
+
+
+# -- restart: what kvtier finds at start counts ---------------------------------------------
+
+
+def test_objects_found_at_start_are_accounted(tmp_path):
+    params = {"type": "fs", "base_path": str(tmp_path)}
+    keys = keys_for("m/restart", 3)
+    a = lmcache_adapter(plugin_spec(params))
+    assert store(a, keys, [mobj(777, fill=1)] * 3).is_successful()
+    a.close()
+    b = lmcache_adapter(plugin_spec(params))
+    try:
+        assert b.get_usage().total_bytes_used == 3 * 777
+        assert lookup(b, keys) == [True] * 3
+    finally:
+        b.close()
+
+
+# -- interoperability with LMCache's built-in adapters ----------------------------------------
+
+
+def _interop(kv, lm):
+    model = unique("m/")
+    a_keys = keys_for(model, 3)
+    a_objs = [mobj(3000, seed=i) for i in range(3)]
+    assert store(kv, a_keys, a_objs).is_successful()
+    assert lookup(lm, a_keys) == [True] * 3
+    outs = [mobj(3000) for _ in a_keys]
+    assert load(lm, a_keys, outs) == [True] * 3
+    assert [data(o) for o in outs] == [data(o) for o in a_objs]
+    lm.submit_unlock(a_keys)
+    # And the reverse, salted and grouped.
+    b_keys = keys_for(model, 3, salt="tenant", group=1, start=20)
+    b_objs = [mobj(2500, seed=50 + i) for i in range(3)]
+    assert store(lm, b_keys, b_objs).is_successful()
+    assert lookup(kv, b_keys) == [True] * 3
+    outs = [mobj(2500) for _ in b_keys]
+    assert load(kv, b_keys, outs) == [True] * 3
+    assert [data(o) for o in outs] == [data(o) for o in b_objs]
+    kv.submit_unlock(b_keys)
+    # Same names: both list the same keys with the same sizes.
+    listed = {(e.key, e.size_bytes) for e in kv.list_l2_keys(model_name=model).entries}
+    assert listed == {(k.to_encoded_object_key(), 3000) for k in a_keys} | {
+        (k.to_encoded_object_key(), 2500) for k in b_keys}
+
+
+def test_interop_with_lmcache_s3(make_adapter, garage):
+    kv = make_adapter(plugin_spec(garage.kvtier_params()))
+    lm = make_adapter(garage.lmcache_params())
+    assert type(lm).__name__ == "S3L2Adapter"
+    _interop(kv, lm)
+
+
+def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path):
+    import huggingface_hub.constants as hf_constants
+
+    monkeypatch.setattr(hf_constants, "ENDPOINT", hub.endpoint)
+    bucket = unique("interop")
+    kv = make_adapter(plugin_spec(hub.kvtier_params(bucket)))
+    lm = make_adapter({"type": "hfbucket", "bucket_handle": f"hf://buckets/kvtier/{bucket}",
+                       "token": "hf_kvtier_plugin_test_token",
+                       "download_tmp_dir": str(tmp_path / "lm"),
+                       "create_bucket_if_missing": True})
+    assert type(lm).__name__ == "HFBucketL2Adapter"
+    _interop(kv, lm)
+
+
+# -- two controller threads at once -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["fs", "s3"])
+def test_stress_two_threads(make_adapter, kind, tmp_path, request):
+    """LMCache's store controller (stores, deletes) and prefetch controller (lookups, loads,
+    unlocks) call the adapter at once, each on its own eventfds. For >= 10 s: every task gets
+    exactly one result, every locked key loads its exact bytes, nothing deadlocks."""
+    if kind == "fs":
+        params = {"type": "fs", "base_path": str(tmp_path)}
+    else:
+        params = request.getfixturevalue("garage").kvtier_params(s3_key_prefix=unique("stress"))
+    a = make_adapter(plugin_spec(params))
+    model = unique("m/")
+    size = 8192
+    stored: list = []  # (key, seed), appended by the store thread (list.append is atomic)
+    stats = {"stores": 0, "deletes": 0, "lookups": 0, "loads": 0, "hits": 0, "keys_stored": 0}
+    errors: list = []
+    stop_at = time.monotonic() + float(os.environ.get("KVTIER_PLUGIN_STRESS_SECS", "10"))
+
+    def writer():
+        try:
+            i = 0
+            while time.monotonic() < stop_at:
+                keys = keys_for(model, 8, start=i)
+                seeds = list(range(i, i + 8))
+                r = store(a, keys, [mobj(size, seed=s) for s in seeds])
+                assert r.is_successful(), "store failed"
+                stats["stores"] += 1
+                stats["keys_stored"] += 8
+                stored.extend(zip(keys, seeds))
+                i += 8
+                if i % 32 == 0:
+                    a.delete([k for k, _ in stored[-32:-16]])
+                    stats["deletes"] += 1
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    def reader():
+        try:
+            n = 0
+            while time.monotonic() < stop_at:
+                if len(stored) < 8:
+                    lookup(a, keys_for(model, 1, start=10**9))
+                    continue
+                picks = [stored[(n * 7 + j * 13) % len(stored)] for j in range(6)]
+                picks = list(dict(picks).items())
+                n += 1
+                keys = [k for k, _ in picks]
+                bits = lookup(a, keys)
+                stats["lookups"] += 1
+                hit = [(k, s) for (k, s), b in zip(picks, bits) if b]
+                if hit:
+                    outs = [mobj(size) for _ in hit]
+                    got = load(a, [k for k, _ in hit], outs)
+                    stats["loads"] += 1
+                    assert got == [True] * len(hit), "a locked key did not load"
+                    for (k, s), o in zip(hit, outs):
+                        assert data(o) == data(mobj(size, seed=s)), "wrong bytes"
+                    stats["hits"] += len(hit)
+                    a.submit_unlock([k for k, _ in hit])
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    threads = [threading.Thread(target=writer), threading.Thread(target=reader)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=TIMEOUT + 60)
+    assert not any(t.is_alive() for t in threads), "deadlock: a controller thread hangs"
+    assert not errors, errors
+    print(f"\nstress[{kind}]: {stats}")
+    assert stats["stores"] > 10 and stats["loads"] > 10 and stats["hits"] > 0
+    # Nothing lost: every key stored and not deleted is still there and accounted.
+    live = {k: s for k, s in stored}
+    deleted = a.get_usage().total_bytes_used
+    bits = lookup(a, list(live))
+    assert a.get_usage().total_bytes_used == size * sum(bits) == deleted
+    a.submit_unlock([k for k, b in zip(live, bits) if b])
+
+
+# -- end to end: LMCache's storage manager, store and prefetch controllers --------------------
+
+
+def test_end_to_end_through_lmcache_storage_manager(tmp_path):
+    """L1 write -> LMCache's store controller stores to kvtier; L1 dropped -> LMCache's
+    prefetch controller looks up, locks and loads from kvtier back into L1. CPU only."""
+    import argparse
+    import json
+
+    from lmcache.v1.distributed.api import (
+        GroupedObjectKeys,
+        MemoryLayoutDesc,
+        PrefetchTaskSpec,
+    )
+    from lmcache.v1.distributed.config import add_storage_manager_args, parse_args_to_config
+    from lmcache.v1.distributed.storage_manager import StorageManager
+
+    parser = argparse.ArgumentParser()
+    add_storage_manager_args(parser)
+    spec = plugin_spec({"type": "fs", "base_path": str(tmp_path / "l2")})
+    cfg = parse_args_to_config(parser.parse_args(
+        ["--l1-size-gb", "0.05", "--eviction-policy", "LRU", "--l2-adapter", json.dumps(spec)]))
+    sm = StorageManager(cfg)
+    try:
+        ((_, adapter),) = sm.l2_adapters()
+        assert type(adapter).__name__ == "KvtierL2Adapter"
+        keys = keys_for(unique("m/"), 4)
+        all_stored = threading.Event()
+        seen: set = set()
+
+        class Listener:
+            def on_l2_keys_stored(self, ks, sizes):
+                seen.update(ks)
+                if set(keys) <= seen:
+                    all_stored.set()
+
+            def on_l2_keys_accessed(self, ks):
+                pass
+
+            def on_l2_keys_deleted(self, ks):
+                pass
+
+        sm.register_l2_listener(Listener())
+        n = 4096
+        layout = MemoryLayoutDesc(shapes=[torch.Size([n])], dtypes=[torch.uint8])
+        reserved = sm.reserve_write(keys, layout)
+        want = {}
+        for i, k in enumerate(keys):
+            src = mobj(n, seed=100 + i)
+            reserved[k].tensor.view(torch.uint8).view(-1).copy_(src.tensor)
+            want[k] = data(src)
+        sm.finish_write(keys)
+        assert all_stored.wait(TIMEOUT), "the store controller never stored into kvtier"
+        assert adapter.get_usage().total_bytes_used == 4 * n
+
+        deleted, _ = sm.delete_l1_keys(keys, force=True)
+        assert deleted == 4
+        handle = sm.submit_prefetch_task(PrefetchTaskSpec(
+            key_groups=[GroupedObjectKeys(keys=keys, object_group_id=0, layout_desc=layout)]))
+        assert sm.wait_prefetch_status(handle, TIMEOUT), "prefetch did not finish"
+        result = sm.query_prefetch_status(handle)
+        assert result is not None
+        assert [result.l2_hit_cells[0].test(i) for i in range(4)] == [True] * 4
+        with sm.read_prefetched_results(keys) as objs:
+            assert objs is not None
+            assert [data(o) for o in objs] == [want[k] for k in keys]
+    finally:
+        sm.close()
+
+
+def test_failed_store_is_a_failed_task(make_adapter):
+    # kvtier's "seed" names have no group field: a key of group 1 is refused, so the task fails
+    # (LMCache reports store failures per task), and the key is not found afterwards.
+    a = make_adapter(plugin_spec({"type": "memory", "object_name_format": "seed"}))
+    model = unique("m/")
+    ok, bad = keys_for(model, 1), keys_for(model, 1, group=1, start=1)
+    r = store(a, ok + bad, [mobj(100, fill=1), mobj(100, fill=2)])
+    assert not r.is_successful()
+    assert lookup(a, ok + bad) == [True, False]
+    assert a.get_usage().total_bytes_used == 100
+
+
+def test_adapter_dropped_without_close_stops_its_runtime():
+    import gc
+
+    a = lmcache_adapter(plugin_spec({"type": "memory"}))
+    keys = keys_for(unique("m/"), 2)
+    assert store(a, keys, [mobj(64, fill=1), mobj(64, fill=2)]).is_successful()
+    fds = [a.get_store_event_fd(), a.get_lookup_and_lock_event_fd(), a.get_load_event_fd()]
+    assert all(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]" for fd in fds)
+    del a
+    gc.collect()
+    # Dropping it waited for its runtime to stop, then closed its eventfds (a number may have
+    # been reused since, but not by three eventfds at once).
+    still = []
+    for fd in fds:
+        try:
+            still.append(os.readlink(f"/proc/self/fd/{fd}") == "anon_inode:[eventfd]")
+        except OSError:
+            still.append(False)
+    assert not all(still)
