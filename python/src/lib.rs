@@ -638,10 +638,24 @@ impl Core {
 
     /// Usage events since the last call, in order: a list of (kind, keys, sizes), kind being
     /// `"stored"`, `"accessed"` or `"deleted"`, each key a tuple (chunk_hash, model_name,
-    /// kv_rank, object_group_id, cache_salt).
-    fn drain_events(&self) -> Vec<(&'static str, Vec<KeyTuple>, Vec<u64>)> {
-        self.events
-            .try_iter()
+    /// kv_rank, object_group_id, cache_salt). With `wait_s`, when there is none yet, waits up
+    /// to that many seconds (GIL released) for the first one: events the runtime publishes on
+    /// its own, such as deletions by kvtier's evictor, arrive without any call from LMCache.
+    #[pyo3(signature = (wait_s=None))]
+    fn drain_events(
+        &self,
+        py: Python<'_>,
+        wait_s: Option<f64>,
+    ) -> Vec<(&'static str, Vec<KeyTuple>, Vec<u64>)> {
+        let mut first = None;
+        if let Some(wait) = wait_s.filter(|w| *w > 0.0 && self.events.is_empty()) {
+            let events = self.events.clone();
+            let wait = std::time::Duration::from_secs_f64(wait.min(86_400.0));
+            first = py.detach(move || events.recv_timeout(wait).ok());
+        }
+        first
+            .into_iter()
+            .chain(self.events.try_iter())
             .filter_map(|e| match e {
                 TierEvent::Usage(UsageEvent { kind, .. }) => Some(kind),
                 _ => None,

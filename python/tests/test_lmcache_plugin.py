@@ -308,11 +308,10 @@ def test_kvtier_evicts_when_asked_and_lmcache_does_not(make_adapter):
     for k in keys:
         assert store(a, [k], [mobj(1024, fill=3)]).is_successful()
     # kvtier's evictor runs on its own thread after the store events: wait for its deletions
-    # (a bounded wait on a background actor, not on an adapter operation).
+    # to be published (each wait returns as soon as an event arrives).
     deadline = time.monotonic() + 30
     while not rec.deleted and time.monotonic() < deadline:
-        time.sleep(0.02)
-        a.get_usage()
+        a.wait_for_events(timeout=max(0.0, deadline - time.monotonic()))
     assert rec.deleted, "kvtier's evictor removed nothing"
     assert a.get_usage().total_bytes_used == 1024 * (8 - len(rec.deleted))
 

@@ -107,10 +107,20 @@ class KvtierL2Adapter(L2AdapterInterface):
 
     # -- events ---------------------------------------------------------------------------
 
-    def _deliver_events(self) -> None:
+    def wait_for_events(self, timeout: float) -> bool:
+        """Waits up to ``timeout`` seconds for usage events kvtier publishes on its own (the
+        deletions of kvtier's evictor, when ``adapter_params`` has an ``eviction`` table), and
+        hands them to the accounting and the listeners. LMCache's calls deliver pending events
+        anyway; this is for a host (or a test) that wants them without issuing work. Other
+        threads' deliveries wait meanwhile (events must reach listeners in kvtier's order), so
+        call it when no work is being issued. Returns whether any event arrived."""
+        return self._deliver_events(wait_s=timeout)
+
+    def _deliver_events(self, wait_s: Optional[float] = None) -> bool:
         """Hands kvtier's usage events to the base class (accounting and listeners)."""
         with self._delivering:
-            for kind, keys, sizes in self._core.drain_events():
+            events = self._core.drain_events(wait_s)
+            for kind, keys, sizes in events:
                 pkeys = [_py_key(k) for k in keys]
                 if kind == "stored":
                     new = [(k, n) for k, n in zip(pkeys, sizes) if k not in self._sizes]
@@ -123,6 +133,7 @@ class KvtierL2Adapter(L2AdapterInterface):
                         self._notify_keys_deleted([k for k, _ in gone], [n for _, n in gone])
                 elif kind == "accessed":
                     self._notify_keys_accessed(pkeys)
+            return bool(events)
 
     def _seed_accounting(self) -> None:
         """Objects kvtier found at start (``recover_on_start`` / ``rebuild_index_on_start``)
