@@ -41,9 +41,13 @@ pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id
 pub const REDACTED: &str = "<redacted>";
 
 /// Top-level environment variables read (besides `KVTIER_ADAPTERS__<i>__<FIELD>`).
-pub const ENV_VARS: &[&str] = &["KVTIER_EVICTION_INTERVAL_MS", "KVTIER_L2_ADAPTER"];
+pub const ENV_VARS: &[&str] = &[
+    "KVTIER_EVICTION_INTERVAL_MS",
+    "KVTIER_L2_ADAPTER",
+    "KVTIER_METRICS",
+];
 
-const TOP_LEVEL_FIELDS: &[&str] = &["adapters", "l2_adapter", "eviction_interval_ms"];
+const TOP_LEVEL_FIELDS: &[&str] = &["adapters", "l2_adapter", "eviction_interval_ms", "metrics"];
 
 /// A configuration error. Every variant names where the bad value came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -236,7 +240,7 @@ impl AdapterConfig {
     pub fn to_redacted_json(&self) -> Value {
         let mut v = serde_json::to_value(&self.spec).unwrap_or(Value::Null);
         if let (Value::Object(m), Ok(Value::Object(c))) =
-            (&mut v, serde_json::to_value(self.common))
+            (&mut v, serde_json::to_value(&self.common))
         {
             m.extend(c);
         }
@@ -253,6 +257,8 @@ pub struct TierConfig {
     pub adapters: Vec<AdapterConfig>,
     /// Period of the eviction actor's timer check (default 1000 ms).
     pub eviction_interval_ms: u64,
+    /// Whether the actors record Prometheus metrics (default true; see `kvtier_actors::metrics`).
+    pub metrics: bool,
 }
 
 impl TierConfig {
@@ -270,6 +276,7 @@ impl Default for TierConfig {
         Self {
             adapters: Vec::new(),
             eviction_interval_ms: DEFAULT_EVICTION_INTERVAL_MS,
+            metrics: true,
         }
     }
 }
@@ -326,6 +333,16 @@ impl TierConfig {
                     })
                 }
             },
+        };
+        let metrics = match top.remove("metrics") {
+            None => true,
+            Some(Value::Bool(b)) => b,
+            Some(v) => {
+                return Err(ConfigError::Field {
+                    field: "metrics".into(),
+                    message: format!("must be true or false, got {v}"),
+                })
+            }
         };
 
         let mut raw: Vec<Value> = match top.remove("adapters") {
@@ -385,6 +402,7 @@ impl TierConfig {
         Ok(TierConfig {
             adapters,
             eviction_interval_ms,
+            metrics,
         })
     }
 
@@ -392,6 +410,7 @@ impl TierConfig {
     pub fn to_redacted_json(&self) -> Value {
         serde_json::json!({
             "eviction_interval_ms": self.eviction_interval_ms,
+            "metrics": self.metrics,
             "adapters": self.adapters.iter().map(AdapterConfig::to_redacted_json).collect::<Vec<_>>(),
         })
     }

@@ -8,6 +8,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use actix::prelude::*;
@@ -21,12 +22,14 @@ use kvtier_actors::backends::memory::MemoryStorage;
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::buffer::{lend, lend_sources};
 use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
+use kvtier_actors::metrics::{AdapterMetrics, Metrics};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
     EvictionActor, EvictionStats, EvictionTarget, LoadBuf, LoadReport, LoadTarget, NameFormat,
     ObjectKey, Op, OpResult, StatusReport, StopController, Storage, StoreReport, StoreSource,
     Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent, UsageReport,
 };
+use prometheus_client::registry::Registry;
 
 use crate::config::{AdapterSpec, TierConfig};
 
@@ -69,11 +72,39 @@ pub struct Tier {
     controller: Addr<Controller>,
     evictor: Addr<EvictionActor>,
     arbiters: Vec<Arbiter>,
+    /// The registry the metrics went to, when the tier made its own.
+    registry: Option<Arc<Registry>>,
 }
 
 impl Tier {
     /// Starts the actors for `config`. Must be called inside a running actix `System`.
+    ///
+    /// With `config.metrics` (the default) the actors record into a registry of the tier's
+    /// own: read it with [`Tier::metrics_text`] or [`Tier::registry`].
     pub async fn start(config: &TierConfig) -> Result<Tier, StartError> {
+        if !config.metrics {
+            return Self::start_inner(config, None).await;
+        }
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let mut tier = Self::start_inner(config, Some(metrics)).await?;
+        tier.registry = Some(Arc::new(registry));
+        Ok(tier)
+    }
+
+    /// Starts the actors for `config`, recording metrics into the host's `registry` (under
+    /// `kvtier_`), whatever `config.metrics` says: a host that passes a registry wants them.
+    pub async fn start_with_registry(
+        config: &TierConfig,
+        registry: &mut Registry,
+    ) -> Result<Tier, StartError> {
+        Self::start_inner(config, Some(Metrics::register(registry))).await
+    }
+
+    async fn start_inner(
+        config: &TierConfig,
+        metrics: Option<Metrics>,
+    ) -> Result<Tier, StartError> {
         if config.adapters.is_empty() {
             return Err(StartError::NoAdapters);
         }
@@ -120,8 +151,12 @@ impl Tier {
                     kind,
                     source,
                 })?;
+            let adapter_metrics = metrics.as_ref().map_or_else(AdapterMetrics::off, |m| {
+                m.adapter(index, kind, adapter.common.name.as_deref())
+            });
             let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
                 .with_name_format(format)
+                .with_metrics(adapter_metrics)
                 .spawn();
             arbiters.push(arbiter);
             handles.push(AdapterHandle::new(index, kind, addr));
@@ -140,7 +175,24 @@ impl Tier {
             controller,
             evictor,
             arbiters,
+            registry: None,
         })
+    }
+
+    /// The tier's own metrics registry (`None` with metrics off, or when the host passed its
+    /// own to [`Tier::start_with_registry`]).
+    pub fn registry(&self) -> Option<&Arc<Registry>> {
+        self.registry.as_ref()
+    }
+
+    /// The tier's own metrics in the Prometheus text format (OpenMetrics), as `/metrics`
+    /// serves them; `None` when [`Tier::registry`] is.
+    pub fn metrics_text(&self) -> Option<String> {
+        let registry = self.registry.as_ref()?;
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, registry)
+            .expect("writing to a String does not fail");
+        Some(text)
     }
 
     /// The controller, for sending messages directly.

@@ -30,7 +30,11 @@ use actix::prelude::*;
 use crate::buffer::{lend, Homecoming, LoadBuf};
 use crate::key::{KeyMap, KeySet, NameFormat, ObjectKey};
 use crate::messages::*;
+use crate::metrics::{AdapterMetrics, Op, Started};
 use crate::storage::{BackendError, ErrorKind, Fetched, Io, IoFuture, IoState, Removed, Storage};
+
+/// How often the per-salt usage series are refreshed (when the ledger changed).
+const SALT_SERIES_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Default page size for [`ListKeys`].
 pub const DEFAULT_PAGE_SIZE: usize = 500;
@@ -98,6 +102,10 @@ pub struct BackendActor {
     format: NameFormat,
     /// Lookups whose probes are in flight, and the deletions started while any was.
     probes: Probes,
+    /// This adapter's series (see [`BackendActor::with_metrics`]).
+    metrics: AdapterMetrics,
+    /// The cache salts with a usage series, and the ledger change they were read at.
+    salts_shown: (Vec<String>, u64),
 }
 
 /// What a lookup needs to know when its probes return: whether a deletion of one of its keys
@@ -164,6 +172,8 @@ impl BackendActor {
             subscribers,
             format: NameFormat::default(),
             probes: Probes::default(),
+            metrics: AdapterMetrics::off(),
+            salts_shown: (Vec::new(), u64::MAX),
         }
     }
 
@@ -172,6 +182,11 @@ impl BackendActor {
     }
 
     fn publish(&self, kind: UsageEventKind) {
+        self.metrics.set_usage(
+            self.ledger.used,
+            self.ledger.sizes.len(),
+            self.capacity_bytes,
+        );
         if self.subscribers.is_empty() {
             return;
         }
@@ -237,6 +252,18 @@ impl BackendActor {
         }
     }
 
+    /// Records a store's outcome and ends its request.
+    fn record_store(&self, started: Started, outcome: &StoreOutcome) {
+        if !self.metrics.is_on() {
+            return;
+        }
+        self.metrics.stored(outcome.stored, outcome.stored_bytes);
+        for f in &outcome.failed {
+            self.metrics.failed(Op::Store, f.kind, 1);
+        }
+        self.metrics.finish(started);
+    }
+
     fn finish_store(
         &mut self,
         keys: Vec<ObjectKey>,
@@ -257,6 +284,7 @@ impl BackendActor {
         for ((key, size), res) in keys.into_iter().zip(sizes).zip(results) {
             match res {
                 Ok(()) => {
+                    outcome.stored_bytes += size;
                     if self.ledger.insert(&key, size) {
                         outcome.new_bytes += size;
                     }
@@ -297,9 +325,13 @@ impl BackendActor {
             self.deleting.insert(k.clone());
         }
         self.probes.deleting(keys.iter());
+        let started = self.metrics.start(Op::Delete, keys.len(), 0);
         let io = self.storage.remove(keys.clone());
         self.respond(io, move |results, act| {
-            reply(act.finish_delete(keys, results))
+            let removed = act.finish_delete(keys, results);
+            act.metrics.deleted(removed.len());
+            act.metrics.finish(started);
+            reply(removed)
         })
     }
 
@@ -319,6 +351,7 @@ impl BackendActor {
                 Ok(Removed::Unknown) => known,
                 Ok(Removed::Absent) => false,
                 Err(e) => {
+                    self.metrics.failed(Op::Delete, e.kind(), 1);
                     tracing::warn!(error = %self.context(&e), key = %key, "delete failed");
                     continue;
                 }
@@ -380,6 +413,9 @@ impl Actor for BackendActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        if self.metrics.is_on() {
+            ctx.run_interval(SALT_SERIES_PERIOD, |act, _| act.refresh_salt_series());
+        }
         let Some(io) = self.storage.recover() else {
             return;
         };
@@ -427,6 +463,8 @@ impl Handler<Store> for BackendActor {
 
     fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
         let mut outcome = StoreOutcome::default();
+        let bytes = msg.objects.iter().map(|o| o.len() as u64).sum();
+        let started = self.metrics.start(Op::Store, msg.keys.len(), bytes);
         if msg.keys.len() != msg.objects.len() {
             let error = self.context(&BackendError::invalid(format!(
                 "{} keys but {} objects",
@@ -442,6 +480,7 @@ impl Handler<Store> for BackendActor {
                     error: error.clone(),
                 })
                 .collect();
+            self.record_store(started, &outcome);
             return ActorResponse::reply(StoreReport {
                 adapters: vec![(self.index, outcome)],
             });
@@ -479,6 +518,7 @@ impl Handler<Store> for BackendActor {
             items.push((key, obj));
         }
         if items.is_empty() {
+            self.record_store(started, &outcome);
             return ActorResponse::reply(StoreReport {
                 adapters: vec![(self.index, outcome)],
             });
@@ -487,8 +527,12 @@ impl Handler<Store> for BackendActor {
             *self.storing.entry(key.clone()).or_default() += 1;
         }
         let io = self.storage.put(items);
-        self.respond(io, move |results, act| StoreReport {
-            adapters: vec![(act.index, act.finish_store(keys, sizes, results, outcome))],
+        self.respond(io, move |results, act| {
+            let outcome = act.finish_store(keys, sizes, results, outcome);
+            act.record_store(started, &outcome);
+            StoreReport {
+                adapters: vec![(act.index, outcome)],
+            }
         })
     }
 }
@@ -498,6 +542,7 @@ impl Handler<LookupAndLock> for BackendActor {
 
     fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
         let n = msg.keys.len();
+        let started = self.metrics.start(Op::Lookup, n, 0);
         let mut keys = Vec::with_capacity(n);
         let mut known = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
@@ -510,6 +555,7 @@ impl Handler<LookupAndLock> for BackendActor {
             probe_at.push(i);
         }
         if keys.is_empty() {
+            self.metrics.finish(started);
             return ActorResponse::reply(Bitmap::zeros(n));
         }
         let io = self.storage.head(&keys, &known);
@@ -525,6 +571,7 @@ impl Handler<LookupAndLock> for BackendActor {
                 let size = match res {
                     Ok(s) => s,
                     Err(e) => {
+                        act.metrics.failed(Op::Lookup, e.kind(), 1);
                         tracing::debug!(error = %act.context(&e), key = %key, "lookup probe failed");
                         continue;
                     }
@@ -553,6 +600,9 @@ impl Handler<LookupAndLock> for BackendActor {
                 }
             }
             act.probes.end();
+            act.metrics.lookup_hits(hits.count_ones());
+            act.metrics.set_locked(act.locks.len());
+            act.metrics.finish(started);
             if !found.is_empty() {
                 act.publish(UsageEventKind::Stored {
                     keys: found,
@@ -574,25 +624,39 @@ impl BackendActor {
         &mut self,
         keys: Vec<ObjectKey>,
         results: Vec<Result<Fetched, BackendError>>,
+        started: Started,
+        lens: Vec<u64>,
     ) -> Bitmap {
         let mut hits = Bitmap::zeros(keys.len());
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
+        let (mut hit_bytes, mut hit_keys, mut missed) = (0u64, 0usize, 0usize);
         for (i, (key, res)) in keys.into_iter().zip(results).enumerate() {
             match res {
-                Ok(Fetched::Hit) => hits.set(i, true),
+                Ok(Fetched::Hit) => {
+                    hits.set(i, true);
+                    hit_keys += 1;
+                    hit_bytes += lens.get(i).copied().unwrap_or(0);
+                }
                 Ok(Fetched::SizeMismatch { actual }) => {
+                    missed += 1;
                     tracing::debug!(adapter = self.index, key = %key, actual, "load size mismatch: miss")
                 }
                 Ok(Fetched::Absent) => {
+                    missed += 1;
                     if let Some(size) = self.ledger.remove(&key) {
                         gone.push(key);
                         gone_sizes.push(size);
                     }
                 }
-                Err(e) => tracing::warn!(error = %self.context(&e), key = %key, "load failed"),
+                Err(e) => {
+                    self.metrics.failed(Op::Load, e.kind(), 1);
+                    tracing::warn!(error = %self.context(&e), key = %key, "load failed")
+                }
             }
         }
+        self.metrics.loaded(hit_keys, hit_bytes, missed);
+        self.metrics.finish(started);
         if !gone.is_empty() {
             self.publish(UsageEventKind::Deleted {
                 keys: gone,
@@ -629,6 +693,14 @@ impl Handler<Load> for BackendActor {
             );
             return ActorResponse::reply(LoadReport::missed(msg.keys.len(), msg.buffers));
         }
+        let lens: Vec<u64> = if self.metrics.is_on() {
+            msg.buffers.iter().map(|b| b.len() as u64).collect()
+        } else {
+            Vec::new()
+        };
+        let started = self
+            .metrics
+            .start(Op::Load, msg.keys.len(), lens.iter().sum());
         let (lent, home) = lend(msg.buffers);
         let keys = msg.keys.clone();
         let items: Vec<(ObjectKey, LoadBuf)> = msg.keys.into_iter().zip(lent).collect();
@@ -638,12 +710,12 @@ impl Handler<Load> for BackendActor {
             .get(items)
             .map(move |results| merge_unnameable(results, unnameable));
         match self.now_or_later(io) {
-            Ok(results) => reply_when_home(self.finish_load(keys, results), home),
+            Ok(results) => reply_when_home(self.finish_load(keys, results, started, lens), home),
             Err(fut) => ActorResponse::r#async(Box::pin(
                 wrap_future::<_, Self>(fut)
                     .map(move |finish, act, _| {
                         let results = finish(act.storage_any());
-                        act.finish_load(keys, results)
+                        act.finish_load(keys, results, started, lens)
                     })
                     .then(move |hits, _, _| {
                         wrap_future(async move {
@@ -670,6 +742,7 @@ impl Handler<Unlock> for BackendActor {
                 }
             }
         }
+        self.metrics.set_locked(self.locks.len());
     }
 }
 
@@ -703,7 +776,11 @@ impl Handler<Evict> for BackendActor {
             .filter(|k| seen.insert(k.clone()))
             .take(msg.count)
             .collect();
-        self.start_delete(keys, |removed| removed)
+        let metrics = self.metrics.clone();
+        self.start_delete(keys, move |removed| {
+            metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
+            removed
+        })
     }
 }
 
@@ -757,6 +834,30 @@ impl Handler<SubscribeUsage> for BackendActor {
 
 /// Keys the adapter's name format cannot name: kept away from the storage (see the module docs).
 impl BackendActor {
+    /// Records this adapter's metrics into `metrics` (default: off), and hands them to the
+    /// storage for what only it sees (retries, breaker, Hub routes).
+    pub fn with_metrics(mut self, metrics: AdapterMetrics) -> Self {
+        metrics.set_usage(0, 0, self.capacity_bytes);
+        self.storage.attach_metrics(metrics.clone());
+        self.metrics = metrics;
+        self
+    }
+
+    /// Refreshes the per-salt usage series when the ledger changed since the last refresh.
+    fn refresh_salt_series(&mut self) {
+        if !self.metrics.is_on() || self.salts_shown.1 == self.ledger.seq {
+            return;
+        }
+        self.salts_shown.1 = self.ledger.seq;
+        let by_salt = self
+            .ledger
+            .by_salt
+            .iter()
+            .map(|(s, b)| (s.as_deref().unwrap_or(""), *b));
+        self.metrics
+            .set_salt_usage(by_salt, &mut self.salts_shown.0);
+    }
+
     /// Sets the object name format of the storage (default: `seed`); keys it cannot name are
     /// refused before any I/O. Must match the format the storage was opened with.
     pub fn with_name_format(mut self, format: NameFormat) -> Self {

@@ -136,7 +136,7 @@ impl EvictionConfig {
 }
 
 /// Fields every adapter type accepts.
-#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct CommonConfig {
@@ -149,11 +149,15 @@ pub struct CommonConfig {
     /// Object-name spelling: `"seed"` (default) or `"grouped"`.
     #[serde(default)]
     pub object_name_format: NameFormat,
+    /// A name for the adapter in metrics (the `name` label); default: its type.
+    #[serde(default)]
+    pub name: Option<String>,
 }
 
 impl CommonConfig {
     /// The field names this struct takes from an adapter object.
-    pub const FIELDS: [&'static str; 3] = ["max_capacity_gb", "eviction", "object_name_format"];
+    pub const FIELDS: [&'static str; 4] =
+        ["max_capacity_gb", "eviction", "object_name_format", "name"];
 
     /// Checks the ranges.
     pub fn validate(&self) -> Result<(), FieldError> {
@@ -166,6 +170,18 @@ impl CommonConfig {
         }
         if let Some(e) = &self.eviction {
             e.validate()?;
+        }
+        if let Some(n) = &self.name {
+            let ok = !n.is_empty()
+                && n.len() <= 64
+                && n.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            if !ok {
+                return Err(FieldError::new(
+                    "name",
+                    format!("must be 1 to 64 ASCII letters, digits, '-', '_' or '.', got {n:?}"),
+                ));
+            }
         }
         Ok(())
     }

@@ -24,6 +24,7 @@ pub mod controller;
 pub mod eviction;
 pub mod key;
 pub mod messages;
+pub mod metrics;
 pub mod storage;
 pub mod task_results;
 pub mod worker_pool;

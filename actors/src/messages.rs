@@ -110,6 +110,8 @@ pub struct FailedKey {
 pub struct StoreOutcome {
     /// Keys written (new or re-stored).
     pub stored: usize,
+    /// Bytes of the keys written.
+    pub stored_bytes: u64,
     /// Bytes of the keys that were new to this adapter; re-storing a stored key adds 0.
     pub new_bytes: u64,
     /// Keys that were not stored.

@@ -414,6 +414,12 @@ pub trait Storage: Any + Send + Unpin {
 
     /// Releases resources (temporary files, connections) when the actor stops.
     fn close(&mut self) {}
+
+    /// Receives the adapter's metrics (once, before any I/O), for what only the storage sees:
+    /// retries by cause, breaker state, Hub requests by route, metadata cache results.
+    fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+        let _ = metrics;
+    }
 }
 
 /// Answers the keys the ledger knows from their known sizes, and the others with `probe`

@@ -10,6 +10,7 @@
 mod bench;
 mod cli;
 mod common;
+mod metrics_server;
 
 use clap::Parser;
 

@@ -470,6 +470,10 @@ impl Storage for FaultInjectStorage {
     fn close(&mut self) {
         self.inner.close();
     }
+
+    fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+        self.inner.attach_metrics(metrics);
+    }
 }
 
 #[cfg(test)]

@@ -85,6 +85,8 @@ pub struct HubClient {
     endpoint: String,
     handle: BucketHandle,
     token: Option<Secret>,
+    /// Requests by route and retries by cause (off until [`HubClient::set_metrics`]).
+    metrics: crate::metrics::AdapterMetrics,
 }
 
 fn connection(op: &'static str, e: impl std::fmt::Display) -> BackendError {
@@ -110,7 +112,13 @@ impl HubClient {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             handle,
             token,
+            metrics: crate::metrics::AdapterMetrics::off(),
         }
+    }
+
+    /// Counts this client's requests (by route: the operation name) and retries in `metrics`.
+    pub fn set_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+        self.metrics = metrics;
     }
 
     /// The bucket handle.
@@ -131,6 +139,7 @@ impl HubClient {
         let mut attempt = 0;
         loop {
             attempt += 1;
+            self.metrics.hub_request(op);
             let res = make(&self.agent);
             let retry_after = match &res {
                 Ok(r) => {
@@ -156,6 +165,12 @@ impl HubClient {
                     Err(e) => Err(connection(op, e)),
                 };
             }
+            self.metrics.retry(match &res {
+                Ok(r) if r.status().as_u16() == 429 => "throttled",
+                Ok(r) if r.status().as_u16() == 408 => "timeout",
+                Ok(_) => "server_error",
+                Err(_) => "connection",
+            });
             let backoff = Duration::from_millis(100 * (1 << attempt.min(6)));
             let wait = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
             tracing::debug!(

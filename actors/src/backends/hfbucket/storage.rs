@@ -256,6 +256,8 @@ pub struct HfStorage {
     loads_xet: u64,
     loads_resolve: u64,
     xet_fallbacks: u64,
+    /// Metadata cache results as metrics (off until attached).
+    metrics: crate::metrics::AdapterMetrics,
 }
 
 /// One entry of the metadata cache.
@@ -321,6 +323,7 @@ impl HfStorage {
             loads_xet: 0,
             loads_resolve: 0,
             xet_fallbacks: 0,
+            metrics: crate::metrics::AdapterMetrics::off(),
         })
     }
 
@@ -460,10 +463,12 @@ impl Storage for HfStorage {
             match self.fresh(&path).map(|k| k.size) {
                 Some(size) => {
                     self.cache_hits += 1;
+                    self.metrics.metadata_cache(true);
                     out[i] = Some(Ok(size));
                 }
                 None => {
                     self.cache_misses += 1;
+                    self.metrics.metadata_cache(false);
                     ask.push((i, path));
                 }
             }
@@ -741,6 +746,16 @@ impl Storage for HfStorage {
 
     fn close(&mut self) {
         let _ = std::fs::remove_dir_all(&self.tmp_root);
+    }
+
+    fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+        match Arc::get_mut(&mut self.ctx) {
+            Some(ctx) => ctx.hub.set_metrics(metrics.clone()),
+            // Shared already (a request started before the metrics arrived): the Hub
+            // client's routes stay uncounted.
+            None => tracing::debug!("hfbucket: Hub client shared; its requests are not counted"),
+        }
+        self.metrics = metrics;
     }
 }
 

@@ -80,6 +80,8 @@ pub struct Direct {
     sign_payload: bool,
     crc32c: bool,
     attempt_timeout: Duration,
+    /// Counts retries by cause (off until [`Direct::with_metrics`]).
+    metrics: crate::metrics::AdapterMetrics,
 }
 
 impl std::fmt::Debug for Direct {
@@ -166,7 +168,16 @@ impl Direct {
             attempt_timeout: cfg
                 .s3_attempt_timeout_secs
                 .map_or(ATTEMPT_TIMEOUT, Duration::from_secs_f64),
+            metrics: crate::metrics::AdapterMetrics::off(),
         })
+    }
+
+    /// The same path, counting its retries in `metrics`.
+    pub fn with_metrics(&self, metrics: crate::metrics::AdapterMetrics) -> Self {
+        Self {
+            metrics,
+            ..self.clone()
+        }
     }
 
     /// The same path signing with other credentials (after a refresh).
@@ -268,6 +279,7 @@ impl Direct {
             return ControlFlow::Break(Err(err));
         }
         let wait = backoff(n);
+        self.metrics.retry(err.kind().as_str());
         tracing::debug!(op, attempt = n, error = %err, wait_ms = wait.as_millis() as u64, "s3: retrying");
         tokio::time::sleep(wait).await;
         ControlFlow::Continue(())

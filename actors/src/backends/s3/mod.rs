@@ -67,14 +67,26 @@ struct Breaker {
     cooldown: Duration,
     opened: u64,
     fast_failures: u64,
+    /// Its state and transitions as metrics.
+    metrics: crate::metrics::AdapterMetrics,
 }
 
 impl Breaker {
+    /// Publishes the state (a transition when it changed).
+    fn publish(&self) {
+        self.metrics.breaker(match self.state {
+            BreakerState::Closed => 0,
+            BreakerState::Open { .. } => 1,
+            BreakerState::HalfOpen => 2,
+        });
+    }
+
     fn admit(&mut self) -> Result<(), BackendError> {
         match self.state {
             BreakerState::Closed => Ok(()),
             BreakerState::Open { since } if since.elapsed() >= self.cooldown => {
                 self.state = BreakerState::HalfOpen;
+                self.publish();
                 tracing::info!("s3 circuit breaker half-open: sending a probe");
                 Ok(())
             }
@@ -142,6 +154,7 @@ impl Breaker {
             self.state = BreakerState::Closed;
             self.failures = 0;
         }
+        self.publish();
     }
 
     fn name(&self) -> &'static str {
@@ -408,6 +421,7 @@ impl S3Storage {
                 cooldown: Duration::from_secs_f64(cfg.circuit_breaker_cooldown_secs),
                 opened: 0,
                 fast_failures: 0,
+                metrics: crate::metrics::AdapterMetrics::off(),
             },
             rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
             endpoint,
@@ -823,6 +837,15 @@ impl Storage for S3Storage {
             rt.shutdown_background();
         }
     }
+
+    fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+        if let Ok(path) = self.direct.as_mut() {
+            // Refreshed signers copy it (`Direct::with_credentials`).
+            path.direct = Arc::new(path.direct.with_metrics(metrics.clone()));
+        }
+        self.breaker.metrics = metrics;
+        self.breaker.publish();
+    }
 }
 
 impl Drop for S3Storage {
@@ -1003,6 +1026,7 @@ mod tests {
             cooldown,
             opened: 0,
             fast_failures: 0,
+            metrics: crate::metrics::AdapterMetrics::off(),
         }
     }
 
@@ -1041,5 +1065,32 @@ mod tests {
         b.record(0, 0, 0);
         assert_eq!(b.name(), "closed");
         assert_eq!(b.failures, 0);
+    }
+
+    /// The breaker's state and transitions reach its metrics.
+    #[test]
+    fn breaker_state_and_transitions_are_metrics() {
+        let mut registry = prometheus_client::registry::Registry::default();
+        let metrics = crate::metrics::Metrics::register(&mut registry);
+        let mut b = breaker(Duration::ZERO);
+        b.metrics = metrics.adapter(0, "s3", None);
+        let read = |registry: &prometheus_client::registry::Registry, name: &str| -> String {
+            let mut text = String::new();
+            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+            text.lines()
+                .find(|l| l.starts_with(name))
+                .and_then(|l| l.rsplit_once(' '))
+                .map(|(_, v)| v.to_owned())
+                .unwrap_or_default()
+        };
+        b.record(0, 3, 0);
+        assert_eq!(read(&registry, "kvtier_breaker_state{"), "1");
+        assert_eq!(read(&registry, "kvtier_healthy{"), "0");
+        assert!(b.admit().is_ok());
+        assert_eq!(read(&registry, "kvtier_breaker_state{"), "2");
+        b.record(1, 0, 0);
+        assert_eq!(read(&registry, "kvtier_breaker_state{"), "0");
+        assert_eq!(read(&registry, "kvtier_breaker_transitions_total{"), "3");
+        assert_eq!(read(&registry, "kvtier_healthy{"), "1");
     }
 }

@@ -81,6 +81,10 @@ pub struct BenchArgs {
     /// `BytesMut`, as a host with no arena would.
     #[arg(long)]
     pub host_arena: bool,
+    /// Serve the tier's Prometheus metrics at `http://ADDR/metrics` while the bench runs
+    /// (port 0: a free port; the address is printed on stderr).
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 /// The client a bench run measures.
@@ -120,6 +124,8 @@ pub struct BenchOptions {
     pub cleanup: bool,
     /// Host-arena mode (see [`BenchArgs::host_arena`]).
     pub host_arena: bool,
+    /// Where to serve `/metrics` (see [`BenchArgs::metrics_addr`]).
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl TryFrom<&BenchArgs> for BenchOptions {
@@ -151,6 +157,7 @@ impl TryFrom<&BenchArgs> for BenchOptions {
         }
         Ok(Self {
             host_arena: a.host_arena,
+            metrics_addr: a.metrics_addr,
             chunks: a.chunks,
             chunk_size,
             batch: a.batch,
@@ -278,6 +285,8 @@ pub struct BenchReport {
     pub bytes_in_flight_mib: f64,
     /// The adapters, secrets redacted.
     pub adapters: serde_json::Value,
+    /// The tier's metrics at the end of the run, `series → value` (`None` with metrics off).
+    pub metrics: Option<std::collections::BTreeMap<String, f64>>,
 }
 
 /// Runs the bench for the CLI and prints the report; returns the exit code.
@@ -484,6 +493,17 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     };
     let adapters_json = config.to_redacted_json()["adapters"].clone();
     let tier = Tier::start(&config).await.map_err(|e| e.to_string())?;
+    let _metrics_server = match opts.metrics_addr {
+        None => None,
+        Some(addr) => {
+            let registry = tier.registry().cloned().ok_or_else(|| {
+                "--metrics-addr: metrics are off in this configuration (metrics = false)".to_owned()
+            })?;
+            let server = crate::metrics_server::serve(addr, registry)?;
+            eprintln!("metrics: http://{}/metrics", server.addr);
+            Some(server)
+        }
+    };
     let nonce: u64 = rand::random();
     let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, !opts.stream);
     let batches: Vec<std::ops::Range<usize>> = (0..opts.chunks)
@@ -654,6 +674,9 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             }
         }
     }
+    let metrics = tier
+        .metrics_text()
+        .map(|t| crate::metrics_server::samples(&t));
     tier.shutdown();
 
     let baseline = baselines
@@ -694,6 +717,7 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             / (1024.0 * 1024.0),
         phases,
         usage,
+        metrics,
         adapters: adapters_json,
     })
 }

@@ -207,6 +207,7 @@ pub(super) async fn raw_only(
         host_copies_saved_bytes: 0,
         bytes_in_flight_mib: (in_flight * opts.chunk_size) as f64 / (1024.0 * 1024.0),
         adapters: config.to_redacted_json()["adapters"].clone(),
+        metrics: None,
     })
 }
 
