@@ -788,6 +788,7 @@ impl Handler<GetUsage> for BackendActor {
     type Result = MessageResult<GetUsage>;
 
     fn handle(&mut self, _: GetUsage, _: &mut Context<Self>) -> Self::Result {
+        self.refresh_salt_series();
         MessageResult(UsageReport {
             adapters: vec![self.usage()],
         })
