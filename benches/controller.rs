@@ -21,38 +21,51 @@ fn keys(n: usize) -> Vec<ObjectKey> {
         .collect()
 }
 
-fn lookup_unlock(c: &mut Criterion) {
-    let sys = actix_rt::System::new();
-    let tier = sys.block_on(async {
-        let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::memory()]))
-            .await
-            .unwrap();
+/// A memory tier with the benchmark's keys stored, metrics on or off.
+fn tier(sys: &actix_rt::SystemRunner, metrics: bool) -> Tier {
+    sys.block_on(async {
+        let mut config = TierConfig::with_adapters(vec![AdapterConfig::memory()]);
+        config.metrics = metrics;
+        let tier = Tier::start(&config).await.unwrap();
         let ks = keys(BATCH * 4);
         let objs = vec![Bytes::from_static(&[1u8; 64]); ks.len()];
         tier.store(ks, objs).await.unwrap();
         tier
-    });
+    })
+}
+
+fn lookup_unlock(c: &mut Criterion) {
+    let sys = actix_rt::System::new();
     let batches: Vec<Vec<ObjectKey>> = keys(BATCH * 4).chunks(BATCH).map(|c| c.to_vec()).collect();
 
     let mut g = c.benchmark_group("controller");
     g.throughput(Throughput::Elements(BATCH as u64));
     g.measurement_time(Duration::from_secs(5));
-    g.bench_function("lookup_and_lock+unlock/256 keys/memory", |b| {
-        b.iter_custom(|iters| {
-            sys.block_on(async {
-                let start = Instant::now();
-                for i in 0..iters {
-                    let batch = batches[i as usize % batches.len()].clone();
-                    let hits = tier.lookup_and_lock(batch.clone()).await.unwrap();
-                    assert_eq!(hits.count_ones(), BATCH);
-                    tier.unlock(batch);
-                }
-                // A round trip behind the last unlock, so every unlock is counted.
-                tier.usage().await.unwrap();
-                start.elapsed()
-            })
-        })
-    });
+    // Metrics on is the default; "metrics off" is `metrics = false` (the overhead figure of
+    // BENCHMARKS.md is the ratio of the two).
+    for (label, metrics) in [("", true), (" (metrics off)", false)] {
+        let tier = tier(&sys, metrics);
+        g.bench_function(
+            format!("lookup_and_lock+unlock/256 keys/memory{label}"),
+            |b| {
+                b.iter_custom(|iters| {
+                    sys.block_on(async {
+                        let start = Instant::now();
+                        for i in 0..iters {
+                            let batch = batches[i as usize % batches.len()].clone();
+                            let hits = tier.lookup_and_lock(batch.clone()).await.unwrap();
+                            assert_eq!(hits.count_ones(), BATCH);
+                            tier.unlock(batch);
+                        }
+                        // A round trip behind the last unlock, so every unlock is counted.
+                        tier.usage().await.unwrap();
+                        start.elapsed()
+                    })
+                })
+            },
+        );
+        tier.shutdown();
+    }
 
     let map: HashMap<ObjectKey, u64> = keys(BATCH * 4).into_iter().map(|k| (k, 64)).collect();
     g.bench_function(

@@ -11,8 +11,11 @@ use std::process::{Command, Stdio};
 
 use support::garage::Garage;
 
-/// One scrape, parsed: `family → (labels of the sample, value)` for every sample.
-fn scrape(addr: &str) -> Option<Vec<(String, BTreeMap<String, String>, f64)>> {
+/// A sample: its metric name, labels and value.
+type Sample = (String, BTreeMap<String, String>, f64);
+
+/// One scrape, parsed: every sample.
+fn scrape(addr: &str) -> Option<Vec<Sample>> {
     let body = ureq::get(&format!("http://{addr}/metrics"))
         .call()
         .ok()?
@@ -149,22 +152,34 @@ fn bench_against_garage_exposes_every_family() {
         "kvtier_request_duration_seconds_count",
     ] {
         let v = family_max(family);
-        assert!(v > 0.0, "{family} never moved (max {v}); scraped {scrapes} times");
+        assert!(
+            v > 0.0,
+            "{family} never moved (max {v}); scraped {scrapes} times"
+        );
     }
     // A healthy run: the breaker never left "closed" and nothing failed.
-    for family in [
-        "kvtier_breaker_state",
-        "kvtier_breaker_transitions_total",
-    ] {
+    for family in ["kvtier_breaker_state", "kvtier_breaker_transitions_total"] {
         assert_eq!(family_max(family), 0.0, "{family}");
     }
     for ((name, labels), v) in &peak {
         if name.ends_with("_failed_keys_total") {
             panic!("{name} {labels:?} = {v}: nothing should fail on a healthy Garage");
         }
-        assert_eq!(labels.get("adapter").map(String::as_str), Some("0"), "{name}");
-        assert_eq!(labels.get("adapter_type").map(String::as_str), Some("s3"), "{name}");
-        assert_eq!(labels.get("name").map(String::as_str), Some("garage-test"), "{name}");
+        assert_eq!(
+            labels.get("adapter").map(String::as_str),
+            Some("0"),
+            "{name}"
+        );
+        assert_eq!(
+            labels.get("adapter_type").map(String::as_str),
+            Some("s3"),
+            "{name}"
+        );
+        assert_eq!(
+            labels.get("name").map(String::as_str),
+            Some("garage-test"),
+            "{name}"
+        );
     }
     // The salts the bench uses (none, tenant-a, tenant-b) each got a series.
     let salts: Vec<&str> = peak
@@ -173,7 +188,10 @@ fn bench_against_garage_exposes_every_family() {
         .filter_map(|(_, l)| l.get("cache_salt").map(String::as_str))
         .collect();
     for salt in ["", "tenant-a", "tenant-b"] {
-        assert!(salts.contains(&salt), "no usage series for salt {salt:?}: {salts:?}");
+        assert!(
+            salts.contains(&salt),
+            "no usage series for salt {salt:?}: {salts:?}"
+        );
     }
     // The final values are in the JSON report too.
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();

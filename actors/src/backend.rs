@@ -252,8 +252,26 @@ impl BackendActor {
         }
     }
 
+    /// A request of `op` arrives: counted in the metrics, and given a `tracing` span
+    /// (`kvtier.request`, at debug level: free when no subscriber wants it) with the adapter,
+    /// operation, key count and bytes; the outcome is recorded in it when the request ends.
+    fn begin(&self, op: Op, keys: usize, bytes: u64) -> Started {
+        let span = tracing::debug_span!(
+            "kvtier.request",
+            adapter = self.index,
+            adapter_type = self.storage.kind(),
+            op = op.as_str(),
+            keys,
+            bytes,
+            ok = tracing::field::Empty,
+            failed = tracing::field::Empty,
+        );
+        self.metrics.start(op, keys, bytes).with_span(span)
+    }
+
     /// Records a store's outcome and ends its request.
     fn record_store(&self, started: Started, outcome: &StoreOutcome) {
+        started.outcome(outcome.stored, outcome.failed.len());
         if !self.metrics.is_on() {
             return;
         }
@@ -325,10 +343,11 @@ impl BackendActor {
             self.deleting.insert(k.clone());
         }
         self.probes.deleting(keys.iter());
-        let started = self.metrics.start(Op::Delete, keys.len(), 0);
+        let started = self.begin(Op::Delete, keys.len(), 0);
         let io = self.storage.remove(keys.clone());
         self.respond(io, move |results, act| {
             let removed = act.finish_delete(keys, results);
+            started.outcome(removed.len(), 0);
             act.metrics.deleted(removed.len());
             act.metrics.finish(started);
             reply(removed)
@@ -464,7 +483,7 @@ impl Handler<Store> for BackendActor {
     fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
         let mut outcome = StoreOutcome::default();
         let bytes = msg.objects.iter().map(|o| o.len() as u64).sum();
-        let started = self.metrics.start(Op::Store, msg.keys.len(), bytes);
+        let started = self.begin(Op::Store, msg.keys.len(), bytes);
         if msg.keys.len() != msg.objects.len() {
             let error = self.context(&BackendError::invalid(format!(
                 "{} keys but {} objects",
@@ -542,7 +561,7 @@ impl Handler<LookupAndLock> for BackendActor {
 
     fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
         let n = msg.keys.len();
-        let started = self.metrics.start(Op::Lookup, n, 0);
+        let started = self.begin(Op::Lookup, n, 0);
         let mut keys = Vec::with_capacity(n);
         let mut known = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
@@ -600,7 +619,9 @@ impl Handler<LookupAndLock> for BackendActor {
                 }
             }
             act.probes.end();
-            act.metrics.lookup_hits(hits.count_ones());
+            let hit_keys = hits.count_ones();
+            started.outcome(hit_keys, n - hit_keys);
+            act.metrics.lookup_hits(hit_keys);
             act.metrics.set_locked(act.locks.len());
             act.metrics.finish(started);
             if !found.is_empty() {
@@ -655,6 +676,7 @@ impl BackendActor {
                 }
             }
         }
+        started.outcome(hit_keys, missed);
         self.metrics.loaded(hit_keys, hit_bytes, missed);
         self.metrics.finish(started);
         if !gone.is_empty() {
@@ -698,9 +720,7 @@ impl Handler<Load> for BackendActor {
         } else {
             Vec::new()
         };
-        let started = self
-            .metrics
-            .start(Op::Load, msg.keys.len(), lens.iter().sum());
+        let started = self.begin(Op::Load, msg.keys.len(), lens.iter().sum());
         let (lent, home) = lend(msg.buffers);
         let keys = msg.keys.clone();
         let items: Vec<(ObjectKey, LoadBuf)> = msg.keys.into_iter().zip(lent).collect();

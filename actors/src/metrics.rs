@@ -397,13 +397,30 @@ impl Handles {
     }
 }
 
-/// A request being timed: its operation, start and bytes (see [`AdapterMetrics::start`]).
+/// A request being timed: its operation, start and bytes (see [`AdapterMetrics::start`]),
+/// and its `tracing` span, which closes when the request is finished.
 #[derive(Debug)]
 #[must_use = "finish the request with AdapterMetrics::finish"]
 pub struct Started {
     op: Op,
     at: Option<std::time::Instant>,
     bytes: u64,
+    span: tracing::Span,
+}
+
+impl Started {
+    /// Attaches the request's span (see [`Started::outcome`]).
+    pub fn with_span(mut self, span: tracing::Span) -> Self {
+        self.span = span;
+        self
+    }
+
+    /// Records the outcome in the span: keys that succeeded (stored, hit, loaded, removed)
+    /// and keys that failed or missed.
+    pub fn outcome(&self, ok: usize, failed: usize) {
+        self.span.record("ok", ok);
+        self.span.record("failed", failed);
+    }
 }
 
 /// The series of one adapter, or nothing (metrics off). Cloning shares the series.
@@ -429,6 +446,7 @@ impl AdapterMetrics {
                 op,
                 at: None,
                 bytes,
+                span: tracing::Span::none(),
             };
         };
         let keys = keys as u64;
@@ -456,6 +474,7 @@ impl AdapterMetrics {
             op,
             at: Some(std::time::Instant::now()),
             bytes,
+            span: tracing::Span::none(),
         }
     }
 
