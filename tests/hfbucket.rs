@@ -122,6 +122,41 @@ async fn metadata_cache_serves_lookups_without_requests() {
         1,
         "hit and negative result served from the cache"
     );
+    // The same, as metrics: three cache hits (the stored key twice, the absent one once), one
+    // miss, one paths-info request and the store's batch.
+    let text = tier.metrics_text().expect("metrics on by default");
+    let value = |series: &str| {
+        text.lines()
+            .find(|l| l.starts_with(series))
+            .and_then(|l| l.rsplit_once(' '))
+            .map(|(_, v)| v.to_owned())
+            .unwrap_or_else(|| panic!("no {series} in\n{text}"))
+    };
+    let labels = r#"adapter="0",adapter_type="hfbucket",name="hfbucket""#;
+    assert_eq!(
+        value(&format!(
+            "kvtier_hf_metadata_cache_total{{{labels},result=\"hit\"}}"
+        )),
+        "3"
+    );
+    assert_eq!(
+        value(&format!(
+            "kvtier_hf_metadata_cache_total{{{labels},result=\"miss\"}}"
+        )),
+        "1"
+    );
+    assert_eq!(
+        value(&format!(
+            "kvtier_hub_requests_total{{{labels},route=\"paths-info\"}}"
+        )),
+        "1"
+    );
+    assert_eq!(
+        value(&format!(
+            "kvtier_hub_requests_total{{{labels},route=\"batch\"}}"
+        )),
+        "1"
+    );
     actix_rt::time::sleep(Duration::from_millis(600)).await;
     tier.lookup_and_lock(vec![key(1), key(2)]).await.unwrap();
     assert_eq!(
