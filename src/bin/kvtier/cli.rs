@@ -62,6 +62,8 @@ pub enum Command {
         #[command(flatten)]
         cfg: ConfigArgs,
     },
+    /// Watch a running tier live: rates, latencies, usage and health from its `/metrics`.
+    Top(crate::top::TopArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -81,6 +83,7 @@ pub fn run(cli: Cli) -> i32 {
             };
             actix::System::new().block_on(bench::run_cli(config, opts))
         }
+        Command::Top(args) => crate::top::run(&args),
         Command::CheckConfig { cfg } => match cfg.load() {
             Ok(c) => {
                 println!(
