@@ -81,7 +81,7 @@ pub fn run(cli: Cli) -> i32 {
                     return EXIT_CONFIG;
                 }
             };
-            actix::System::new().block_on(bench::run_cli(config, opts))
+            actix::System::new().block_on(bench::run_cli(config, opts, args.plot.clone()))
         }
         Command::Top(args) => crate::top::run(&args),
         Command::CheckConfig { cfg } => match cfg.load() {

@@ -128,10 +128,7 @@ fn quantile(prev: &[(f64, f64)], cur: &[(f64, f64)], q: f64) -> Option<f64> {
     let delta: Vec<(f64, f64)> = cur
         .iter()
         .map(|(le, c)| {
-            let before = prev
-                .iter()
-                .find(|(p, _)| p == le)
-                .map_or(0.0, |(_, v)| *v);
+            let before = prev.iter().find(|(p, _)| p == le).map_or(0.0, |(_, v)| *v);
             (*le, c - before)
         })
         .collect();
@@ -272,9 +269,7 @@ pub fn render(prev: &Scrape, cur: &Scrape, secs: f64, source: &str) -> String {
 }
 
 fn fetch(url: &str) -> Result<Scrape, String> {
-    let mut res = ureq::get(url)
-        .call()
-        .map_err(|e| format!("{url}: {e}"))?;
+    let mut res = ureq::get(url).call().map_err(|e| format!("{url}: {e}"))?;
     let text = res
         .body_mut()
         .read_to_string()
@@ -346,7 +341,11 @@ mod tests {
         }
         let _ = writeln!(t, "kvtier_inflight_requests{{{l},op=\"store\"}} 3");
         let _ = writeln!(t, "# TYPE kvtier_request_duration_seconds histogram");
-        for (le, c) in [("0.001", fast), ("0.01", fast + slow), ("+Inf", fast + slow)] {
+        for (le, c) in [
+            ("0.001", fast),
+            ("0.01", fast + slow),
+            ("+Inf", fast + slow),
+        ] {
             let _ = writeln!(
                 t,
                 "kvtier_request_duration_seconds_bucket{{{l},op=\"store\",le=\"{le}\"}} {c}"

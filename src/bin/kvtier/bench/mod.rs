@@ -28,6 +28,7 @@ use kvtier::Tier;
 use crate::common::{human_bytes, parse_size, ConfigArgs, EXIT_FAILURE, EXIT_OK};
 
 mod alloc;
+mod plot;
 #[cfg(feature = "s3")]
 mod raw_s3;
 
@@ -85,6 +86,10 @@ pub struct BenchArgs {
     /// (port 0: a free port; the address is printed on stderr).
     #[arg(long, value_name = "ADDR")]
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Draw the run's metrics over time (throughput, requests, usage, in flight) into this
+    /// SVG file.
+    #[arg(long, value_name = "FILE.svg")]
+    pub plot: Option<PathBuf>,
 }
 
 /// The client a bench run measures.
@@ -290,8 +295,8 @@ pub struct BenchReport {
 }
 
 /// Runs the bench for the CLI and prints the report; returns the exit code.
-pub async fn run_cli(config: TierConfig, opts: BenchOptions) -> i32 {
-    match run(config, opts).await {
+pub async fn run_cli(config: TierConfig, opts: BenchOptions, plot: Option<PathBuf>) -> i32 {
+    match run(config, opts, plot).await {
         Ok(report) => {
             if opts.json {
                 println!("{}", serde_json::to_string(&report).unwrap_or_default());
@@ -468,7 +473,11 @@ impl Timer {
 }
 
 /// Runs the bench and returns its report.
-pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchReport, String> {
+pub async fn run(
+    mut config: TierConfig,
+    opts: BenchOptions,
+    plot: Option<PathBuf>,
+) -> Result<BenchReport, String> {
     alloc::set_chunk_size(opts.chunk_size);
     if opts.client == BenchClient::RawS3 {
         #[cfg(feature = "s3")]
@@ -503,6 +512,13 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
             eprintln!("metrics: http://{}/metrics", server.addr);
             Some(server)
         }
+    };
+    let sampler = match (&plot, tier.registry()) {
+        (None, _) => None,
+        (Some(_), None) => {
+            return Err("--plot: metrics are off in this configuration (metrics = false)".into())
+        }
+        (Some(_), Some(r)) => Some(plot::Sampler::start(r.clone())),
     };
     let nonce: u64 = rand::random();
     let work = Workload::new(0, opts.chunks, opts.chunk_size, nonce, !opts.stream);
@@ -677,6 +693,18 @@ pub async fn run(mut config: TierConfig, opts: BenchOptions) -> Result<BenchRepo
     let metrics = tier
         .metrics_text()
         .map(|t| crate::metrics_server::samples(&t));
+    if let (Some(sampler), Some(path)) = (sampler, &plot) {
+        let kind = config.adapters.first().map_or("?", |a| a.spec.kind());
+        let title = format!(
+            "kvtier bench: {} × {} on {kind}, batch {}, concurrency {}",
+            opts.chunks,
+            crate::common::human_bytes(opts.chunk_size as u64),
+            opts.batch,
+            opts.concurrency
+        );
+        sampler.finish(path, &title)?;
+        eprintln!("plot: {}", path.display());
+    }
     tier.shutdown();
 
     let baseline = baselines
