@@ -236,7 +236,7 @@ impl AdapterConfig {
     pub fn to_redacted_json(&self) -> Value {
         let mut v = serde_json::to_value(&self.spec).unwrap_or(Value::Null);
         if let (Value::Object(m), Ok(Value::Object(c))) =
-            (&mut v, serde_json::to_value(self.common))
+            (&mut v, serde_json::to_value(&self.common))
         {
             m.extend(c);
         }

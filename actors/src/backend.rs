@@ -696,13 +696,24 @@ impl Handler<Evict> for BackendActor {
 
     fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
         let mut seen = KeySet::default();
-        let keys: Vec<ObjectKey> = msg
-            .candidates
-            .into_iter()
-            .filter(|k| self.ledger.sizes.contains_key(k) && self.removable(k))
-            .filter(|k| seen.insert(k.clone()))
-            .take(msg.count)
-            .collect();
+        let mut keys: Vec<ObjectKey> = Vec::new();
+        for group in msg.groups {
+            let (mut taken, mut freed) = (0usize, 0u64);
+            for k in group.candidates {
+                if taken >= group.max_keys || (group.min_bytes > 0 && freed >= group.min_bytes) {
+                    break;
+                }
+                let Some(&size) = self.ledger.sizes.get(&k) else {
+                    continue;
+                };
+                if !self.removable(&k) || !seen.insert(k.clone()) {
+                    continue;
+                }
+                taken += 1;
+                freed += size;
+                keys.push(k);
+            }
+        }
         self.start_delete(keys, |removed| removed)
     }
 }

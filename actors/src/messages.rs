@@ -232,17 +232,43 @@ impl DeleteReport {
     }
 }
 
-/// Sent by the eviction actor: remove up to `count` keys, taken in order from `candidates`
-/// (least recently used first), skipping locked ones and ones with a store in flight.
+/// Sent by the eviction actor: remove keys group by group, each taken in order from its
+/// `candidates` (first victim first), skipping locked ones, ones with a store in flight and
+/// ones the backend does not hold.
 ///
 /// The reply names the keys removed with the bytes each freed.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Vec<(ObjectKey, u64)>")]
 pub struct Evict {
-    /// Candidates, least recently used first.
+    /// The groups, in order; each has its own budget (one per cache salt for `IsolatedLRU`,
+    /// one for the global policies).
+    pub groups: Vec<EvictGroup>,
+}
+
+impl Evict {
+    /// One group: up to `count` of `candidates`, no byte target.
+    pub fn keys(candidates: Vec<ObjectKey>, count: usize) -> Self {
+        Self {
+            groups: vec![EvictGroup {
+                candidates,
+                max_keys: count,
+                min_bytes: 0,
+            }],
+        }
+    }
+}
+
+/// One budget of an [`Evict`] round: the backend removes `candidates` in order until
+/// `max_keys` are removed or, when `min_bytes` > 0, until the removed keys freed at least
+/// `min_bytes`, or the candidates run out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictGroup {
+    /// Candidates, first victim first.
     pub candidates: Vec<ObjectKey>,
-    /// How many to remove at most.
-    pub count: usize,
+    /// How many keys to remove at most.
+    pub max_keys: usize,
+    /// Stop once this many bytes are freed (0: no byte target, only `max_keys`).
+    pub min_bytes: u64,
 }
 
 /// Ask for capacity accounting.

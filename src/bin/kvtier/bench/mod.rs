@@ -978,8 +978,9 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
         .iter()
         .filter(|a| {
             a.common.capacity_bytes() > 0
-                && a.common.eviction.is_some_and(|e| {
-                    e.eviction_policy == kvtier_actors::config::EvictionPolicy::Lru
+                && a.common.eviction.as_ref().is_some_and(|e| {
+                    use kvtier_actors::config::EvictionPolicy as P;
+                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Slru)
                 })
         })
         .map(|a| {
@@ -999,7 +1000,7 @@ async fn settle_eviction(tier: &Tier, config: &TierConfig) {
         };
         let settled = usage.adapters.iter().all(|u| {
             let a = &config.adapters[u.adapter];
-            match a.common.eviction {
+            match &a.common.eviction {
                 Some(e) if u.capacity_bytes > 0 => u.fraction < e.trigger_watermark,
                 _ => true,
             }
