@@ -695,25 +695,10 @@ impl Handler<Evict> for BackendActor {
     type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
 
     fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
-        let mut seen = KeySet::default();
-        let mut keys: Vec<ObjectKey> = Vec::new();
-        for group in msg.groups {
-            let (mut taken, mut freed) = (0usize, 0u64);
-            for k in group.candidates {
-                if taken >= group.max_keys || (group.min_bytes > 0 && freed >= group.min_bytes) {
-                    break;
-                }
-                let Some(&size) = self.ledger.sizes.get(&k) else {
-                    continue;
-                };
-                if !self.removable(&k) || !seen.insert(k.clone()) {
-                    continue;
-                }
-                taken += 1;
-                freed += size;
-                keys.push(k);
-            }
-        }
+        let keys = msg.select(|k| {
+            let size = *self.ledger.sizes.get(k)?;
+            self.removable(k).then_some(size)
+        });
         self.start_delete(keys, |removed| removed)
     }
 }

@@ -258,6 +258,35 @@ impl Evict {
     }
 }
 
+impl Evict {
+    /// The keys this round removes, in order: each group's candidates are taken while its
+    /// budget lasts; `removable` gives the size of a key that can go now (held, unlocked, no
+    /// store or delete in flight), or `None` to skip it. A key is taken at most once. The
+    /// backend and the offline simulator both select with this.
+    pub fn select(self, mut removable: impl FnMut(&ObjectKey) -> Option<u64>) -> Vec<ObjectKey> {
+        let mut taken_keys: Vec<ObjectKey> = Vec::new();
+        let mut seen = crate::key::KeySet::default();
+        for group in self.groups {
+            let (mut taken, mut freed) = (0usize, 0u64);
+            for k in group.candidates {
+                if taken >= group.max_keys || (group.min_bytes > 0 && freed >= group.min_bytes) {
+                    break;
+                }
+                let Some(size) = removable(&k) else {
+                    continue;
+                };
+                if !seen.insert(k.clone()) {
+                    continue;
+                }
+                taken += 1;
+                freed += size;
+                taken_keys.push(k);
+            }
+        }
+        taken_keys
+    }
+}
+
 /// One budget of an [`Evict`] round: the backend removes `candidates` in order until
 /// `max_keys` are removed or, when `min_bytes` > 0, until the removed keys freed at least
 /// `min_bytes`, or the candidates run out.
