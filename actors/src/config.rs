@@ -408,4 +408,36 @@ mod tests {
         };
         assert_eq!(c.validate().unwrap_err().field, "max_capacity_gb");
     }
+
+    #[test]
+    fn quotas_in_both_forms_and_policy_defaults() {
+        let a: EvictionConfig = serde_json::from_str(
+            r#"{"eviction_policy": "IsolatedLRU", "quotas": {"user-a": 1024, "": 5}}"#,
+        )
+        .unwrap();
+        let b: EvictionConfig = serde_json::from_str(
+            r#"{"eviction_policy": "IsolatedLRU",
+                "quotas": [{"cache_salt": "user-a", "limit_bytes": 1024},
+                           {"cache_salt": "", "limit_bytes": 5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.quotas.get("user-a"), Some(1024));
+        assert!(a.validate().is_ok());
+        assert_eq!((a.trigger_watermark, a.eviction_ratio), (0.8, 0.2));
+        let s: EvictionConfig = serde_json::from_str(r#"{"eviction_policy": "SLRU"}"#).unwrap();
+        assert_eq!(
+            (s.trigger_watermark, s.eviction_ratio, s.eviction_unit),
+            (SLRU_WATERMARK, SLRU_RATIO, EvictionUnit::Bytes)
+        );
+        let l: EvictionConfig =
+            serde_json::from_str(r#"{"eviction_policy": "LRU", "quotas": {"a": 1}}"#).unwrap();
+        assert_eq!(l.validate().unwrap_err().field, "eviction.quotas");
+        let bad: EvictionConfig =
+            serde_json::from_str(r#"{"eviction_policy": "IsolatedLRU", "quotas": {"a@b": 1}}"#)
+                .unwrap();
+        assert_eq!(bad.validate().unwrap_err().field, "eviction.quotas");
+        assert!(serde_json::from_str::<EvictionConfig>(r#"{"quota": {}}"#).is_err());
+        assert!(serde_json::from_str::<EvictionConfig>(r#"{"quotas": {"a": -1}}"#).is_err());
+    }
 }

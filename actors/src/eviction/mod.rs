@@ -400,9 +400,18 @@ struct Tracked {
     backend: Option<Addr<BackendActor>>,
     in_flight: bool,
     stats: EvictionStats,
+    /// [`WhenIdle`] callers, answered when a check finds nothing to do.
+    idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl Tracked {
+    /// Answers the [`WhenIdle`] callers.
+    fn idle(&mut self) {
+        for w in self.idle_waiters.drain(..) {
+            let _ = w.send(());
+        }
+    }
+
     /// Takes a usage reading unless a newer one is held.
     fn read(&mut self, used: u64, seq: u64) {
         if seq >= self.seq {
@@ -439,6 +448,7 @@ impl EvictionActor {
                         backend: None,
                         in_flight: false,
                         stats: EvictionStats::default(),
+                        idle_waiters: Vec::new(),
                     },
                 )
             })
@@ -458,6 +468,7 @@ impl EvictionActor {
         };
         let groups = t.state.plan(t.used, t.capacity_bytes);
         if groups.is_empty() {
+            t.idle();
             return;
         }
         t.in_flight = true;
@@ -493,7 +504,10 @@ impl EvictionActor {
                         t.wait_for_seq = Some(seq);
                     }
                 }
-                if !removed.is_empty() {
+                if removed.is_empty() {
+                    // Nothing could go (all locked): idle until the next event or tick.
+                    t.idle();
+                } else {
                     act.check(adapter, ctx);
                 }
             })
@@ -672,5 +686,30 @@ impl Handler<GetQuotas> for EvictionActor {
 
     fn handle(&mut self, msg: GetQuotas, _: &mut Context<Self>) -> Self::Result {
         MessageResult(self.adapters.get(&msg.0).map(|t| t.state.quotas().clone()))
+    }
+}
+
+/// Replies once the adapter's eviction is idle: no round in flight and a check finds nothing
+/// to evict (or nothing it may evict: the rest is locked). Replies at once for an adapter
+/// without eviction. For tests and tools that must observe the settled state without sleeping.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "()")]
+pub struct WhenIdle(pub AdapterIndex);
+
+impl Handler<WhenIdle> for EvictionActor {
+    type Result = ResponseFuture<()>;
+
+    fn handle(&mut self, msg: WhenIdle, ctx: &mut Context<Self>) -> Self::Result {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        match self.adapters.get_mut(&msg.0) {
+            Some(t) => t.idle_waiters.push(tx),
+            None => {
+                let _ = tx.send(());
+            }
+        }
+        self.check(msg.0, ctx);
+        Box::pin(async move {
+            let _ = rx.await;
+        })
     }
 }
