@@ -114,7 +114,7 @@ impl Tier {
             .iter()
             .enumerate()
             .filter_map(|(i, a)| {
-                a.common.eviction.map(|e| EvictionTarget {
+                a.common.eviction.clone().map(|e| EvictionTarget {
                     adapter: i,
                     capacity_bytes: a.common.capacity_bytes(),
                     config: e,

@@ -69,7 +69,7 @@ object_name_format = "grouped"
     assert_eq!(c.adapters.len(), 2);
     let fs = &c.adapters[0];
     assert_eq!(fs.common.max_capacity_gb, 2.0);
-    let ev = fs.common.eviction.unwrap();
+    let ev = fs.common.eviction.clone().unwrap();
     assert_eq!((ev.trigger_watermark, ev.eviction_ratio), (0.85, 0.2));
     match &fs.spec {
         AdapterSpec::Fs(f) => {
@@ -125,7 +125,15 @@ fn env_overrides() {
     .unwrap();
     assert_eq!(c.eviction_interval_ms, 20);
     assert_eq!(c.adapters[0].common.max_capacity_gb, 3.5);
-    assert_eq!(c.adapters[0].common.eviction.unwrap().eviction_ratio, 0.5);
+    assert_eq!(
+        c.adapters[0]
+            .common
+            .eviction
+            .as_ref()
+            .unwrap()
+            .eviction_ratio,
+        0.5
+    );
     match &c.adapters[0].spec {
         AdapterSpec::Fs(f) => assert!(f.fsync),
         other => panic!("{other:?}"),

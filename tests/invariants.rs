@@ -1,5 +1,7 @@
 //! Invariants under random operations (proptest), against `memory`, `fs`, and `fault_inject`
-//! wrapping `memory` with nonzero error rates.
+//! wrapping `memory` with nonzero error rates, with the `LRU` policy; and against `memory` with
+//! every other policy that evicts (`ARC` and `SLRU` with byte budgets, `IsolatedLRU` with
+//! quotas), so the lock invariant holds whatever a policy offers.
 //!
 //! Each case starts a real [`Tier`] (controller, backend actor, eviction actor) with a small
 //! capacity so eviction runs all the time, and drives it with a random sequence of store,
@@ -17,7 +19,8 @@
 //! * usage equals the sum of the sizes of the objects actually stored (listed), per-salt bytes
 //!   sum to it, and the key count matches;
 //! * at the end of a case, and every few hundred steps, eviction brings usage under the
-//!   watermark whenever the unlocked keys allow it.
+//!   watermark whenever the unlocked keys allow it (for `IsolatedLRU`: every salt under
+//!   `watermark × quota`, a salt without quota to nothing, unless its locked keys hold it up).
 //!
 //! Each test runs rounds of cases (each case up to 1500 operations) until at least 10,000
 //! operations ran, and prints the count and time. A failing case is shrunk to a short operation
@@ -33,7 +36,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
 use kvtier::actors::backends::memory::MemoryConfig;
-use kvtier::actors::config::{EvictionConfig, EvictionPolicy, GIB};
+use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, GIB};
 use kvtier::actors::eviction::GetLruOrder;
 use kvtier::actors::ListKeys;
 use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
@@ -53,6 +56,9 @@ const MAX_OPS: usize = 1500;
 /// Full checks (listing, usage) every this many operations; the watermark check less often.
 const FULL_CHECK_EVERY: usize = 8;
 const WATERMARK_CHECK_EVERY: usize = 250;
+/// `IsolatedLRU` quotas: salt `a` and the unsalted keys have one, salt `b` has none (allowlist
+/// rule: it is wiped).
+const QUOTAS: [(&str, u64); 2] = [("a", 900), ("", 700)];
 
 /// Faults injected over the cases of the `fault_inject` test (from its `status` counters).
 static FAULTS: AtomicU64 = AtomicU64::new(0);
@@ -125,6 +131,15 @@ impl Model {
             .map(|b| b.len() as u64)
             .sum()
     }
+    /// Locked bytes of one salt (`""`: unsalted).
+    fn locked_salt_bytes(&self, salt: &str) -> u64 {
+        self.locks
+            .keys()
+            .filter(|id| key(**id).cache_salt().unwrap_or("") == salt)
+            .filter_map(|id| self.bytes.get(id))
+            .map(|b| b.len() as u64)
+            .sum()
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -134,7 +149,7 @@ enum Backend {
     FaultyMemory,
 }
 
-fn adapter(backend: Backend, dir: &std::path::Path) -> AdapterConfig {
+fn adapter(backend: Backend, policy: EvictionPolicy, dir: &std::path::Path) -> AdapterConfig {
     let mut a = match backend {
         Backend::Memory => AdapterConfig::memory(),
         Backend::Fs => AdapterConfig::fs(dir),
@@ -158,10 +173,18 @@ fn adapter(backend: Backend, dir: &std::path::Path) -> AdapterConfig {
     };
     a.common.max_capacity_gb = CAPACITY as f64 / GIB;
     a.common.eviction = Some({
-        let mut built = EvictionConfig::default();
-        built.eviction_policy = EvictionPolicy::Lru;
+        let mut built = EvictionConfig::with_policy(policy);
         built.trigger_watermark = WATERMARK;
         built.eviction_ratio = 0.3;
+        built.eviction_unit = match policy {
+            EvictionPolicy::Arc | EvictionPolicy::Slru => EvictionUnit::Bytes,
+            _ => EvictionUnit::Keys,
+        };
+        if policy == EvictionPolicy::IsolatedLru {
+            for (salt, q) in QUOTAS {
+                built.quotas.0.insert(salt.to_owned(), q);
+            }
+        }
         built
     });
     a
@@ -241,8 +264,44 @@ async fn full_check(tier: &Tier, m: &Model, step: usize) -> Result<(), TestCaseE
     )))
 }
 
+/// `IsolatedLRU`: eviction brings every salt under `watermark × quota` (a salt without quota
+/// to nothing) unless what is left of it is locked.
+async fn quota_check(tier: &Tier, m: &Model, step: usize) -> Result<(), TestCaseError> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let u = tier.usage().await.unwrap().adapters[0].clone();
+        let over: Vec<(String, u64)> = u
+            .bytes_by_cache_salt
+            .iter()
+            .filter(|(salt, bytes)| {
+                let quota = QUOTAS.iter().find(|(s, _)| s == salt).map_or(0, |q| q.1);
+                (**bytes as f64) >= WATERMARK * quota as f64 && **bytes > m.locked_salt_bytes(salt)
+            })
+            .map(|(s, b)| (s.clone(), *b))
+            .collect();
+        if over.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            return Err(TestCaseError::fail(format!(
+                "step {step}: salts over their quota: {over:?}; locks {:?}",
+                m.locks
+            )));
+        }
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Eviction brings usage under the watermark when the unlocked keys allow it.
-async fn watermark_check(tier: &Tier, m: &Model, step: usize) -> Result<(), TestCaseError> {
+async fn watermark_check(
+    tier: &Tier,
+    policy: EvictionPolicy,
+    m: &Model,
+    step: usize,
+) -> Result<(), TestCaseError> {
+    if policy == EvictionPolicy::IsolatedLru {
+        return quota_check(tier, m, step).await;
+    }
     let cap = tier.usage().await.unwrap().adapters[0].capacity_bytes;
     let limit = WATERMARK * cap as f64;
     if m.locked_bytes() as f64 >= limit {
@@ -269,11 +328,11 @@ async fn watermark_check(tier: &Tier, m: &Model, step: usize) -> Result<(), Test
     }
 }
 
-async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
+async fn run(backend: Backend, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::TempDir::new().unwrap();
     let tier = Tier::start(&{
         let mut built = TierConfig::default();
-        built.adapters = vec![adapter(backend, dir.path())];
+        built.adapters = vec![adapter(backend, policy, dir.path())];
         built.eviction_interval_ms = 20;
         built
     })
@@ -401,11 +460,11 @@ async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
                 full_check(&tier, &m, step).await?;
             }
             if step % WATERMARK_CHECK_EVERY == 0 {
-                watermark_check(&tier, &m, step).await?;
+                watermark_check(&tier, policy, &m, step).await?;
             }
         }
         full_check(&tier, &m, usize::MAX).await?;
-        watermark_check(&tier, &m, usize::MAX).await?;
+        watermark_check(&tier, policy, &m, usize::MAX).await?;
         // Releasing every lock leaves none behind, and eviction can then go all the way.
         let held: Vec<ObjectKey> = m
             .locks
@@ -415,7 +474,7 @@ async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
         tier.unlock(held);
         m.locks.clear();
         prop_assert_eq!(tier.status().await.unwrap().adapters[0].locked_keys, 0);
-        watermark_check(&tier, &m, usize::MAX).await?;
+        watermark_check(&tier, policy, &m, usize::MAX).await?;
         let d = &tier.status().await.unwrap().adapters[0].details;
         FAULTS.fetch_add(d["injected_total"].as_u64().unwrap_or(0), Ordering::Relaxed);
         Ok(())
@@ -425,7 +484,7 @@ async fn run(backend: Backend, ops: Vec<Op>) -> Result<(), TestCaseError> {
     result
 }
 
-fn check(backend: Backend) {
+fn check(backend: Backend, policy: EvictionPolicy) {
     let total = Cell::new(0usize);
     let cases = Cell::new(0usize);
     let started = Instant::now();
@@ -439,15 +498,15 @@ fn check(backend: Backend) {
         let result = runner.run(&ops(), |ops| {
             total.set(total.get() + ops.len());
             cases.set(cases.get() + 1);
-            actix_rt::System::new().block_on(run(backend, ops))
+            actix_rt::System::new().block_on(run(backend, policy, ops))
         });
         if let Err(e) = result {
-            panic!("{backend:?}: {e}");
+            panic!("{backend:?} {policy:?}: {e}");
         }
     }
     let (total, cases) = (total.get(), cases.get());
     eprintln!(
-        "{backend:?}: {total} operations in {cases} cases, {:.1} s",
+        "{backend:?} {policy:?}: {total} operations in {cases} cases, {:.1} s",
         started.elapsed().as_secs_f64()
     );
     if matches!(backend, Backend::FaultyMemory) {
@@ -460,15 +519,43 @@ fn check(backend: Backend) {
 
 #[test]
 fn invariants_memory() {
-    check(Backend::Memory);
+    check(Backend::Memory, EvictionPolicy::Lru);
 }
 
 #[test]
 fn invariants_fs() {
-    check(Backend::Fs);
+    check(Backend::Fs, EvictionPolicy::Lru);
 }
 
 #[test]
 fn invariants_fault_inject() {
-    check(Backend::FaultyMemory);
+    check(Backend::FaultyMemory, EvictionPolicy::Lru);
+}
+
+#[test]
+fn invariants_memory_arc() {
+    check(Backend::Memory, EvictionPolicy::Arc);
+}
+
+#[test]
+fn invariants_memory_slru() {
+    check(Backend::Memory, EvictionPolicy::Slru);
+}
+
+#[test]
+fn invariants_memory_isolated_lru() {
+    check(Backend::Memory, EvictionPolicy::IsolatedLru);
+}
+
+/// Every policy that evicts is covered above (a new one must be added here).
+#[test]
+fn every_policy_is_covered() {
+    let covered = [
+        EvictionPolicy::Lru,
+        EvictionPolicy::Arc,
+        EvictionPolicy::Slru,
+        EvictionPolicy::IsolatedLru,
+        EvictionPolicy::Noop,
+    ];
+    assert!(EvictionPolicy::ALL.iter().all(|p| covered.contains(p)));
 }

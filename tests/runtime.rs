@@ -301,13 +301,7 @@ async fn deletes_skip_keys_being_written() {
         del.adapters[0].1.is_empty(),
         "skipped while written: {del:?}"
     );
-    let evicted = actor
-        .send(Evict {
-            candidates: vec![key(1)],
-            count: 1,
-        })
-        .await
-        .unwrap();
+    let evicted = actor.send(Evict::keys(vec![key(1)], 1)).await.unwrap();
     assert!(evicted.is_empty(), "not evicted while written");
     assert_eq!(objects.load(SeqCst), 1);
     open.send(()).unwrap();

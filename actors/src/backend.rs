@@ -788,14 +788,10 @@ impl Handler<Evict> for BackendActor {
     type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
 
     fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
-        let mut seen = KeySet::default();
-        let keys: Vec<ObjectKey> = msg
-            .candidates
-            .into_iter()
-            .filter(|k| self.ledger.sizes.contains_key(k) && self.removable(k))
-            .filter(|k| seen.insert(k.clone()))
-            .take(msg.count)
-            .collect();
+        let keys = msg.select(|k| {
+            let size = *self.ledger.sizes.get(k)?;
+            self.removable(k).then_some(size)
+        });
         let metrics = self.metrics.clone();
         self.start_delete(keys, move |removed| {
             metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());

@@ -4,6 +4,8 @@
 //! user's TOML or LMCache JSON into these structs, strictly (unknown fields and wrong types are
 //! errors), and calls `validate` for the ranges.
 
+use std::collections::BTreeMap;
+
 use serde::{Deserialize, Serialize};
 
 use crate::key::NameFormat;
@@ -60,33 +62,175 @@ impl Serialize for Secret {
     }
 }
 
-/// Eviction policy names, exactly as LMCache spells them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+/// Eviction policy names: LMCache's, spelled as LMCache spells them, plus kvtier's own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
 pub enum EvictionPolicy {
     /// Evict least-recently-used keys (stores and lookup hits refresh recency).
     #[default]
     #[serde(rename = "LRU")]
     Lru,
+    /// LMCache's Adaptive Replacement Cache: a recent list and a frequent list whose balance
+    /// adapts to ghost hits.
+    #[serde(rename = "ARC")]
+    Arc,
+    /// LMCache's per-cache-salt LRU driven by byte quotas (`quotas`); see the README.
+    #[serde(rename = "IsolatedLRU")]
+    IsolatedLru,
+    /// kvtier's segmented LRU with ghost admission and a fuller tier (not an LMCache name).
+    #[serde(rename = "SLRU")]
+    Slru,
     /// Never evict.
     #[serde(rename = "noop")]
     Noop,
 }
 
-/// The optional `eviction` table of an adapter.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+impl EvictionPolicy {
+    /// Every policy, in the order reports list them.
+    pub const ALL: [EvictionPolicy; 5] = [
+        EvictionPolicy::Lru,
+        EvictionPolicy::Arc,
+        EvictionPolicy::IsolatedLru,
+        EvictionPolicy::Slru,
+        EvictionPolicy::Noop,
+    ];
+
+    /// The configured name (`"LRU"`, `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"noop"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EvictionPolicy::Lru => "LRU",
+            EvictionPolicy::Arc => "ARC",
+            EvictionPolicy::IsolatedLru => "IsolatedLRU",
+            EvictionPolicy::Slru => "SLRU",
+            EvictionPolicy::Noop => "noop",
+        }
+    }
+}
+
+/// What `eviction_ratio` is a share of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum EvictionUnit {
+    /// A round removes `floor(keys × ratio)` keys (at least 1): LMCache's rule, the default.
+    /// With equal-sized chunks it is the same as `bytes`.
+    #[default]
+    Keys,
+    /// A round removes keys, in the policy's order, until `ceil(used bytes × ratio)` bytes are
+    /// freed, so a tier with mixed chunk sizes frees what the ratio says.
+    Bytes,
+}
+
+/// Per-cache-salt byte quotas of `IsolatedLRU`: salt → limit in bytes (`""` is the unsalted
+/// keys).
+///
+/// Written as a TOML table (`[adapters.eviction.quotas]`, `"user-a" = 1073741824`), a JSON object
+/// of the same shape, or LMCache's JSON list of quota entries
+/// (`[{"cache_salt": "user-a", "limit_bytes": 1073741824}]`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize)]
+#[serde(transparent)]
+pub struct Quotas(pub BTreeMap<String, u64>);
+
+impl Quotas {
+    /// The limit of `salt`, if it has one.
+    pub fn get(&self, salt: &str) -> Option<u64> {
+        self.0.get(salt).copied()
+    }
+}
+
+/// One entry of LMCache's quota list.
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
+struct QuotaEntry {
+    cache_salt: String,
+    limit_bytes: u64,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum QuotasRepr {
+    Map(BTreeMap<String, u64>),
+    List(Vec<QuotaEntry>),
+}
+
+impl<'de> Deserialize<'de> for Quotas {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let repr = QuotasRepr::deserialize(d).map_err(|_| {
+            serde::de::Error::custom(
+                "expected a table of cache salt = limit in bytes, or a list of \
+                 {\"cache_salt\", \"limit_bytes\"} entries",
+            )
+        })?;
+        Ok(Quotas(match repr {
+            QuotasRepr::Map(m) => m,
+            QuotasRepr::List(v) => v
+                .into_iter()
+                .map(|e| (e.cache_salt, e.limit_bytes))
+                .collect(),
+        }))
+    }
+}
+
+/// The optional `eviction` table of an adapter.
+///
+/// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
+/// unit `keys` (LMCache's defaults); `SLRU` defaults to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
+/// unit `bytes` (a fuller tier, see the README).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]
 pub struct EvictionConfig {
-    /// `"LRU"` (default) or `"noop"`.
-    #[serde(default)]
+    /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"SLRU"` or `"noop"`.
     pub eviction_policy: EvictionPolicy,
-    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8.
-    #[serde(default = "default_watermark")]
+    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`:
+    /// [`SLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each salt's quota.
     pub trigger_watermark: f64,
-    /// Share of the adapter's keys evicted per round; in [0, 1]. Default 0.2. Any ratio > 0
-    /// evicts at least one key.
-    #[serde(default = "default_ratio")]
+    /// Share of the adapter's keys (or bytes, see `eviction_unit`) evicted per round; in
+    /// [0, 1]. Default 0.2 (`SLRU`: [`SLRU_RATIO`]). Any ratio > 0 evicts at least one key.
     pub eviction_ratio: f64,
+    /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `SLRU`): what
+    /// `eviction_ratio` is a share of.
+    pub eviction_unit: EvictionUnit,
+    /// `IsolatedLRU` only: byte quota per cache salt. Salts without an entry have a limit of 0
+    /// (LMCache's allowlist rule: their keys are evicted at the next cycle). Default: none.
+    #[serde(skip_serializing_if = "Quotas::is_empty")]
+    pub quotas: Quotas,
+}
+
+/// `SLRU`'s default `trigger_watermark`: the tier runs nearly full.
+pub const SLRU_WATERMARK: f64 = 0.98;
+/// `SLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
+pub const SLRU_RATIO: f64 = 0.02;
+
+/// The `eviction` table as written; missing fields take the policy's defaults.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawEvictionConfig {
+    #[serde(default)]
+    eviction_policy: EvictionPolicy,
+    trigger_watermark: Option<f64>,
+    eviction_ratio: Option<f64>,
+    eviction_unit: Option<EvictionUnit>,
+    #[serde(default)]
+    quotas: Quotas,
+}
+
+impl From<RawEvictionConfig> for EvictionConfig {
+    fn from(raw: RawEvictionConfig) -> Self {
+        let d = EvictionConfig::with_policy(raw.eviction_policy);
+        Self {
+            eviction_policy: raw.eviction_policy,
+            trigger_watermark: raw.trigger_watermark.unwrap_or(d.trigger_watermark),
+            eviction_ratio: raw.eviction_ratio.unwrap_or(d.eviction_ratio),
+            eviction_unit: raw.eviction_unit.unwrap_or(d.eviction_unit),
+            quotas: raw.quotas,
+        }
+    }
+}
+
+impl Quotas {
+    /// True when no salt has a quota.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
 }
 
 fn default_watermark() -> f64 {
@@ -102,6 +246,8 @@ impl Default for EvictionConfig {
             eviction_policy: EvictionPolicy::Lru,
             trigger_watermark: default_watermark(),
             eviction_ratio: default_ratio(),
+            eviction_unit: EvictionUnit::Keys,
+            quotas: Quotas::default(),
         }
     }
 }
@@ -123,15 +269,66 @@ impl EvictionConfig {
                 format!("must be in [0, 1], got {r}"),
             ));
         }
+        if !self.quotas.is_empty() && self.eviction_policy != EvictionPolicy::IsolatedLru {
+            return Err(FieldError::new(
+                "eviction.quotas",
+                format!(
+                    "only the IsolatedLRU policy uses quotas (the policy is {})",
+                    self.eviction_policy.as_str()
+                ),
+            ));
+        }
+        for salt in self.quotas.0.keys() {
+            if !salt.is_empty() {
+                if let Err(e) = crate::key::validate_salt(salt) {
+                    return Err(FieldError::new(
+                        "eviction.quotas",
+                        format!("cache salt {salt:?}: {e}"),
+                    ));
+                }
+            }
+        }
         Ok(())
     }
 
     /// How many of `n` keys one round evicts: `floor(n × ratio)`, at least 1 when the ratio is > 0.
     pub fn keys_to_evict(&self, n: usize) -> usize {
-        if self.eviction_ratio <= 0.0 || n == 0 {
-            return 0;
+        keys_for_ratio(self.eviction_ratio, n)
+    }
+}
+
+/// `floor(n × ratio)`, at least 1 when the ratio is > 0 and `n` > 0 (LMCache's rule).
+pub fn keys_for_ratio(ratio: f64, n: usize) -> usize {
+    if ratio <= 0.0 || n == 0 {
+        return 0;
+    }
+    ((n as f64 * ratio).floor() as usize).clamp(1, n)
+}
+
+/// `ceil(bytes × ratio)`, at least 1 when the ratio is > 0 and `bytes` > 0.
+pub fn bytes_for_ratio(ratio: f64, bytes: u64) -> u64 {
+    if ratio <= 0.0 || bytes == 0 {
+        return 0;
+    }
+    ((bytes as f64 * ratio).ceil() as u64).clamp(1, bytes)
+}
+
+impl EvictionConfig {
+    /// A configuration of this policy with the other fields at the policy's defaults.
+    pub fn with_policy(policy: EvictionPolicy) -> Self {
+        match policy {
+            EvictionPolicy::Slru => Self {
+                eviction_policy: policy,
+                trigger_watermark: SLRU_WATERMARK,
+                eviction_ratio: SLRU_RATIO,
+                eviction_unit: EvictionUnit::Bytes,
+                quotas: Quotas::default(),
+            },
+            _ => Self {
+                eviction_policy: policy,
+                ..Self::default()
+            },
         }
-        ((n as f64 * self.eviction_ratio).floor() as usize).clamp(1, n)
     }
 }
 
@@ -226,5 +423,37 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(c.validate().unwrap_err().field, "max_capacity_gb");
+    }
+
+    #[test]
+    fn quotas_in_both_forms_and_policy_defaults() {
+        let a: EvictionConfig = serde_json::from_str(
+            r#"{"eviction_policy": "IsolatedLRU", "quotas": {"user-a": 1024, "": 5}}"#,
+        )
+        .unwrap();
+        let b: EvictionConfig = serde_json::from_str(
+            r#"{"eviction_policy": "IsolatedLRU",
+                "quotas": [{"cache_salt": "user-a", "limit_bytes": 1024},
+                           {"cache_salt": "", "limit_bytes": 5}]}"#,
+        )
+        .unwrap();
+        assert_eq!(a, b);
+        assert_eq!(a.quotas.get("user-a"), Some(1024));
+        assert!(a.validate().is_ok());
+        assert_eq!((a.trigger_watermark, a.eviction_ratio), (0.8, 0.2));
+        let s: EvictionConfig = serde_json::from_str(r#"{"eviction_policy": "SLRU"}"#).unwrap();
+        assert_eq!(
+            (s.trigger_watermark, s.eviction_ratio, s.eviction_unit),
+            (SLRU_WATERMARK, SLRU_RATIO, EvictionUnit::Bytes)
+        );
+        let l: EvictionConfig =
+            serde_json::from_str(r#"{"eviction_policy": "LRU", "quotas": {"a": 1}}"#).unwrap();
+        assert_eq!(l.validate().unwrap_err().field, "eviction.quotas");
+        let bad: EvictionConfig =
+            serde_json::from_str(r#"{"eviction_policy": "IsolatedLRU", "quotas": {"a@b": 1}}"#)
+                .unwrap();
+        assert_eq!(bad.validate().unwrap_err().field, "eviction.quotas");
+        assert!(serde_json::from_str::<EvictionConfig>(r#"{"quota": {}}"#).is_err());
+        assert!(serde_json::from_str::<EvictionConfig>(r#"{"quotas": {"a": -1}}"#).is_err());
     }
 }

@@ -234,17 +234,72 @@ impl DeleteReport {
     }
 }
 
-/// Sent by the eviction actor: remove up to `count` keys, taken in order from `candidates`
-/// (least recently used first), skipping locked ones and ones with a store in flight.
+/// Sent by the eviction actor: remove keys group by group, each taken in order from its
+/// `candidates` (first victim first), skipping locked ones, ones with a store in flight and
+/// ones the backend does not hold.
 ///
 /// The reply names the keys removed with the bytes each freed.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Vec<(ObjectKey, u64)>")]
 pub struct Evict {
-    /// Candidates, least recently used first.
+    /// The groups, in order; each has its own budget (one per cache salt for `IsolatedLRU`,
+    /// one for the global policies).
+    pub groups: Vec<EvictGroup>,
+}
+
+impl Evict {
+    /// One group: up to `count` of `candidates`, no byte target.
+    pub fn keys(candidates: Vec<ObjectKey>, count: usize) -> Self {
+        Self {
+            groups: vec![EvictGroup {
+                candidates,
+                max_keys: count,
+                min_bytes: 0,
+            }],
+        }
+    }
+}
+
+impl Evict {
+    /// The keys this round removes, in order: each group's candidates are taken while its
+    /// budget lasts; `removable` gives the size of a key that can go now (held, unlocked, no
+    /// store or delete in flight), or `None` to skip it. A key is taken at most once. The
+    /// backend and the offline simulator both select with this.
+    pub fn select(self, mut removable: impl FnMut(&ObjectKey) -> Option<u64>) -> Vec<ObjectKey> {
+        let mut taken_keys: Vec<ObjectKey> = Vec::new();
+        let mut seen = crate::key::KeySet::default();
+        for group in self.groups {
+            let (mut taken, mut freed) = (0usize, 0u64);
+            for k in group.candidates {
+                if taken >= group.max_keys || (group.min_bytes > 0 && freed >= group.min_bytes) {
+                    break;
+                }
+                let Some(size) = removable(&k) else {
+                    continue;
+                };
+                if !seen.insert(k.clone()) {
+                    continue;
+                }
+                taken += 1;
+                freed += size;
+                taken_keys.push(k);
+            }
+        }
+        taken_keys
+    }
+}
+
+/// One budget of an [`Evict`] round: the backend removes `candidates` in order until
+/// `max_keys` are removed or, when `min_bytes` > 0, until the removed keys freed at least
+/// `min_bytes`, or the candidates run out.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvictGroup {
+    /// Candidates, first victim first.
     pub candidates: Vec<ObjectKey>,
-    /// How many to remove at most.
-    pub count: usize,
+    /// How many keys to remove at most.
+    pub max_keys: usize,
+    /// Stop once this many bytes are freed (0: no byte target, only `max_keys`).
+    pub min_bytes: u64,
 }
 
 /// Ask for capacity accounting.

@@ -1,6 +1,10 @@
 //! `LRU`: evict the least recently used keys first (LMCache's default policy).
 //!
 //! Stores and lookup hits refresh a key; loads do not (they follow a lookup, which already did).
+//! Within one batch, keys are refreshed in reverse request order, as LMCache does, so the last
+//! chunk of a request is the first of its batch to go: a prefix match needs the first chunks,
+//! and evicting a first chunk would make every later chunk of the request unreachable.
+//!
 //! Invariant: every tracked key appears once, ordered from least to most recently used.
 
 use lru::LruCache;
@@ -9,7 +13,8 @@ use super::EvictionPolicy;
 use crate::key::{BuildDigestHasher, ObjectKey};
 
 /// The LRU policy. It has no settings of its own: when and how much to evict is decided by the
-/// adapter's `eviction` table (`trigger_watermark`, `eviction_ratio`), as in LMCache.
+/// adapter's `eviction` table (`trigger_watermark`, `eviction_ratio`, `eviction_unit`), as in
+/// LMCache.
 pub struct Lru {
     order: LruCache<ObjectKey, (), BuildDigestHasher>,
 }
@@ -27,25 +32,26 @@ impl EvictionPolicy for Lru {
         "LRU"
     }
 
-    fn on_stored(&mut self, key: &ObjectKey, _size: u64) {
-        self.order.put(key.clone(), ());
+    fn on_stored(&mut self, keys: &[ObjectKey]) {
+        for key in keys.iter().rev() {
+            self.order.put(key.clone(), ());
+        }
     }
 
-    fn on_accessed(&mut self, key: &ObjectKey) {
-        self.order.promote(key);
+    fn on_accessed(&mut self, keys: &[ObjectKey]) {
+        for key in keys.iter().rev() {
+            self.order.promote(key);
+        }
     }
 
-    fn on_removed(&mut self, key: &ObjectKey) {
-        self.order.pop(key);
+    fn on_removed(&mut self, keys: &[ObjectKey]) {
+        for key in keys {
+            self.order.pop(key);
+        }
     }
 
-    fn candidates(&self, n: usize) -> Vec<ObjectKey> {
-        self.order
-            .iter()
-            .rev()
-            .take(n)
-            .map(|(k, _)| k.clone())
-            .collect()
+    fn victims(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_> {
+        Box::new(self.order.iter().rev().map(|(k, _)| k))
     }
 
     fn len(&self) -> usize {
@@ -61,17 +67,31 @@ mod tests {
         ObjectKey::new("m", 0, vec![i]).unwrap()
     }
 
+    fn order(p: &Lru) -> Vec<ObjectKey> {
+        p.victims().cloned().collect()
+    }
+
     #[test]
     fn least_recent_first_and_access_refreshes() {
         let mut p = Lru::default();
         for i in 0..4 {
-            p.on_stored(&key(i), 10);
+            p.on_stored(&[key(i)]);
         }
-        p.on_accessed(&key(0));
-        p.on_removed(&key(2));
-        assert_eq!(p.candidates(10), vec![key(1), key(3), key(0)]);
-        p.on_stored(&key(1), 10);
-        assert_eq!(p.candidates(1), vec![key(3)]);
+        p.on_accessed(&[key(0)]);
+        p.on_removed(&[key(2)]);
+        assert_eq!(order(&p), vec![key(1), key(3), key(0)]);
+        p.on_stored(&[key(1)]);
+        assert_eq!(order(&p)[0], key(3));
         assert_eq!(p.len(), 3);
+    }
+
+    #[test]
+    fn a_batch_goes_tail_first() {
+        let mut p = Lru::default();
+        p.on_stored(&[key(0), key(1), key(2)]);
+        assert_eq!(order(&p), vec![key(2), key(1), key(0)]);
+        p.on_stored(&[key(9)]);
+        p.on_accessed(&[key(0), key(1)]);
+        assert_eq!(order(&p), vec![key(2), key(9), key(1), key(0)]);
     }
 }

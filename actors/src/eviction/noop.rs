@@ -1,7 +1,8 @@
 //! `noop`: never evict (LMCache's `noop`). Tracks nothing, so it costs nothing.
 
-use super::EvictionPolicy;
+use super::{EvictionPolicy, Pressure, SizeBook};
 use crate::key::ObjectKey;
+use crate::messages::EvictGroup;
 
 /// The policy that never evicts. No settings.
 #[derive(Debug, Default)]
@@ -12,17 +13,21 @@ impl EvictionPolicy for Noop {
         "noop"
     }
 
-    fn on_stored(&mut self, _: &ObjectKey, _: u64) {}
+    fn on_stored(&mut self, _: &[ObjectKey]) {}
 
-    fn on_accessed(&mut self, _: &ObjectKey) {}
+    fn on_accessed(&mut self, _: &[ObjectKey]) {}
 
-    fn on_removed(&mut self, _: &ObjectKey) {}
+    fn on_removed(&mut self, _: &[ObjectKey]) {}
 
-    fn candidates(&self, _: usize) -> Vec<ObjectKey> {
-        Vec::new()
+    fn victims(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_> {
+        Box::new(std::iter::empty())
     }
 
     fn len(&self) -> usize {
         0
+    }
+
+    fn plan(&mut self, _: &Pressure<'_>, _: &SizeBook) -> Vec<EvictGroup> {
+        Vec::new()
     }
 }

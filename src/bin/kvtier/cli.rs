@@ -74,6 +74,15 @@ pub fn run(cli: Cli) -> i32 {
                 Ok(c) => c,
                 Err(e) => return config_error(&e),
             };
+            if args.trace.is_some() {
+                return match bench::trace_cli(&args, config) {
+                    Ok(code) => code,
+                    Err(msg) => {
+                        eprintln!("error: {msg}");
+                        EXIT_CONFIG
+                    }
+                };
+            }
             let opts = match BenchOptions::try_from(&args) {
                 Ok(o) => o,
                 Err(msg) => {

@@ -31,6 +31,8 @@ mod alloc;
 mod plot;
 #[cfg(feature = "s3")]
 mod raw_s3;
+pub mod simulate;
+pub mod trace;
 
 #[global_allocator]
 static ALLOCATOR: alloc::Counting = alloc::Counting;
@@ -82,6 +84,25 @@ pub struct BenchArgs {
     /// `BytesMut`, as a host with no arena would.
     #[arg(long)]
     pub host_arena: bool,
+    /// Replay a request trace (JSON lines with `hash_ids`, as the Mooncake traces) instead of
+    /// the phases: per request, lookup-and-lock the block chain, load the longest prefix found,
+    /// store the missing blocks, unlock. See README "Trace replay".
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
+    /// With `--trace`: bytes per block (required for a replay; the simulation ignores sizes).
+    #[arg(long, value_name = "BYTES")]
+    pub block_size: Option<String>,
+    /// With `--trace`: capacity as a fraction of the trace's unique blocks (replay default 0.1;
+    /// with `--simulate` the only capacity simulated instead of 2, 5, 10, 20 and 40 %).
+    #[arg(long, value_name = "F")]
+    pub capacity_fraction: Option<f64>,
+    /// With `--trace`: wall milliseconds per trace millisecond (0, the default: no waiting).
+    #[arg(long, value_name = "X", default_value_t = 0.0)]
+    pub time_scale: f64,
+    /// With `--trace`: simulate offline (no I/O) every policy and Belady's optimum instead of
+    /// replaying on the configured adapters.
+    #[arg(long)]
+    pub simulate: bool,
     /// Serve the tier's Prometheus metrics at `http://ADDR/metrics` while the bench runs
     /// (port 0: a free port; the address is printed on stderr).
     #[arg(long, value_name = "ADDR")]
@@ -90,6 +111,71 @@ pub struct BenchArgs {
     /// SVG file.
     #[arg(long, value_name = "FILE.svg")]
     pub plot: Option<PathBuf>,
+}
+
+/// `kvtier bench --trace`: a replay, or with `--simulate` the offline simulation.
+pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
+    let path = args.trace.as_ref().expect("--trace");
+    if let Some(f) = args.capacity_fraction {
+        if !(f.is_finite() && f > 0.0) {
+            return Err(format!("--capacity-fraction must be > 0, got {f}"));
+        }
+    }
+    if !(args.time_scale.is_finite() && args.time_scale >= 0.0) {
+        return Err(format!(
+            "--time-scale must be >= 0, got {}",
+            args.time_scale
+        ));
+    }
+    let block_size = match &args.block_size {
+        Some(b) => match parse_size(b) {
+            Some(n) if n > 0 => Some(n),
+            _ => {
+                return Err(format!(
+                    "--block-size {b:?}: expected bytes > 0, like 256KiB"
+                ))
+            }
+        },
+        None => None,
+    };
+    let trace = trace::Trace::load(path)?;
+    if args.simulate {
+        let caps: Vec<f64> = match args.capacity_fraction {
+            Some(f) => vec![f],
+            None => simulate::DEFAULT_CAPACITIES.to_vec(),
+        };
+        let rows = simulate::simulate(&trace, &caps, block_size.unwrap_or(1 << 20) as u64);
+        if args.json {
+            println!("{}", serde_json::to_string(&rows).unwrap_or_default());
+        } else {
+            println!(
+                "{} requests, {} unique blocks; capacity as a share of the unique blocks",
+                trace.requests.len(),
+                trace.unique_blocks
+            );
+            simulate::print_rows(&rows);
+        }
+        return Ok(EXIT_OK);
+    }
+    let block_size = block_size.ok_or("--trace needs --block-size (or --simulate)")?;
+    let opts = trace::ReplayOptions {
+        block_size,
+        capacity_fraction: args.capacity_fraction.unwrap_or(0.1),
+        time_scale: args.time_scale,
+        concurrency: args.concurrency.max(1),
+    };
+    let report =
+        actix::System::new().block_on(async { trace::replay(config, &trace, opts).await })?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        trace::print_replay(&report);
+    }
+    Ok(if report.errors == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILURE
+    })
 }
 
 /// The client a bench run measures.
@@ -1030,8 +1116,9 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
         .iter()
         .filter(|a| {
             a.common.capacity_bytes() > 0
-                && a.common.eviction.is_some_and(|e| {
-                    e.eviction_policy == kvtier_actors::config::EvictionPolicy::Lru
+                && a.common.eviction.as_ref().is_some_and(|e| {
+                    use kvtier_actors::config::EvictionPolicy as P;
+                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Slru)
                 })
         })
         .map(|a| {
@@ -1051,7 +1138,7 @@ async fn settle_eviction(tier: &Tier, config: &TierConfig) {
         };
         let settled = usage.adapters.iter().all(|u| {
             let a = &config.adapters[u.adapter];
-            match a.common.eviction {
+            match &a.common.eviction {
                 Some(e) if u.capacity_bytes > 0 => u.fraction < e.trigger_watermark,
                 _ => true,
             }
