@@ -203,3 +203,62 @@ fn bench_against_garage_exposes_every_family() {
         .map(|(_, v)| v.as_f64().unwrap());
     assert!(stored.unwrap_or(0.0) >= 128.0, "{stored:?}");
 }
+
+/// The Grafana dashboard in `dashboards/kvtier.json` queries only series kvtier exposes (a
+/// renamed metric would otherwise leave an empty panel nobody notices).
+#[test]
+fn dashboard_queries_only_existing_metrics() {
+    use kvtier::actors::metrics::{Metrics, Op};
+    use kvtier::ErrorKind;
+    let mut registry = prometheus_client::registry::Registry::default();
+    let m = Metrics::register(&mut registry).adapter(0, "s3", None);
+    let s = m.start(Op::Store, 1, 1);
+    m.finish(s);
+    for op in [Op::Store, Op::Lookup, Op::Load, Op::Delete] {
+        m.failed(op, ErrorKind::Other, 1);
+    }
+    m.retry("throttled");
+    m.hub_request("batch");
+    m.metadata_cache(true);
+    m.set_salt_usage([("a", 1u64)].into_iter(), &mut Vec::new());
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+    let exposed: std::collections::BTreeSet<String> = text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| l.split(['{', ' ']).next())
+        .map(str::to_owned)
+        .collect();
+    let dashboard: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/dashboards/kvtier.json"
+        ))
+        .unwrap(),
+    )
+    .unwrap();
+    let mut exprs = Vec::new();
+    for panel in dashboard["panels"].as_array().unwrap() {
+        for t in panel["targets"].as_array().unwrap() {
+            exprs.push(t["expr"].as_str().unwrap().to_owned());
+        }
+    }
+    assert!(exprs.len() >= 15, "{} queries", exprs.len());
+    let mut used = 0;
+    for e in &exprs {
+        let mut rest = e.as_str();
+        while let Some(at) = rest.find("kvtier_") {
+            let name: String = rest[at..]
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            assert!(
+                exposed.contains(&name),
+                "{name} in {e:?} is not exposed: {exposed:?}"
+            );
+            used += 1;
+            rest = &rest[at + name.len()..];
+        }
+    }
+    assert!(used >= 20, "{used} metric references");
+}
