@@ -313,6 +313,7 @@ const FIELDS: &[&str] = &[
     "trigger_watermark",
     "eviction_ratio",
     "object_name_format",
+    "name",
     "s3_endpoint",
     "s3_region",
     "s3_bucket",
@@ -708,7 +709,15 @@ fn bad_inputs_get_these_exact_errors() {
         ("adapters = 5", "config: field `adapters`: must be an array of tables ([[adapters]]), got a number"),
         (
             "colour = \"blue\"",
-            "config: field `colour`: unknown field; expected one of adapters, l2_adapter, eviction_interval_ms",
+            "config: field `colour`: unknown field; expected one of adapters, l2_adapter, eviction_interval_ms, metrics",
+        ),
+        (
+            "metrics = \"yes\"",
+            "config: field `metrics`: must be true or false, got \"yes\"",
+        ),
+        (
+            "[[adapters]]\ntype = \"memory\"\nname = \"a b\"\n",
+            "adapter #0 (memory): field `name`: must be 1 to 64 ASCII letters, digits, '-', '_' or '.', got \"a b\"",
         ),
         (
             "eviction_interval_ms = 0",
