@@ -107,3 +107,54 @@ fn ls_and_usage_on_a_directory() {
     let (code, _, _) = kvtier(&["ls", "--adapter", "3", "--l2-adapter", &spec]);
     assert_eq!(code, 1, "no such adapter");
 }
+
+/// `kvtier quota` edits the quotas of a configuration file, keeps its comments, and refuses a
+/// change the strict parser rejects without touching the file.
+#[test]
+fn quota_set_get_rm_on_a_config_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("kvtier.toml");
+    let original = "# tenants\n[[adapters]]\ntype = \"memory\" # in RAM\n[adapters.eviction]\neviction_policy = \"IsolatedLRU\"\n\n[[adapters]]\ntype = \"memory\"\n";
+    std::fs::write(&cfg, original).unwrap();
+    let c = cfg.to_str().unwrap();
+    let (code, out, err) = kvtier(&["quota", "set", "--config", c, "tenant-a", "1GiB"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("1073741824"), "{out}");
+    let (code, out, _) = kvtier(&["quota", "set", "--config", c, "", "512MiB"]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"\""), "{out}");
+    let text = std::fs::read_to_string(&cfg).unwrap();
+    assert!(
+        text.contains("# tenants") && text.contains("# in RAM"),
+        "{text}"
+    );
+    let (code, out, _) = kvtier(&["quota", "get", "--config", c]);
+    assert_eq!(code, 0);
+    assert_eq!(
+        out,
+        "\"tenant-a\"\t1073741824\t1.00 GiB\n\"\"\t536870912\t512.00 MiB\n"
+    );
+    // The strict parser sees the quotas.
+    let (code, out, _) = kvtier(&["check-config", "--config", c]);
+    assert_eq!(code, 0);
+    assert!(out.contains("\"tenant-a\": 1073741824"), "{out}");
+    let (code, _, _) = kvtier(&["quota", "rm", "--config", c, "tenant-a"]);
+    assert_eq!(code, 0);
+    let (_, out, _) = kvtier(&["quota", "get", "--config", c]);
+    assert_eq!(out, "\"\"\t536870912\t512.00 MiB\n");
+    let (code, _, err) = kvtier(&["quota", "rm", "--config", c, "tenant-a"]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("no quota for \"tenant-a\""), "{err}");
+    // Adapter #1 is LRU: quotas there are refused by the parser and the file stays as it was.
+    let before = std::fs::read_to_string(&cfg).unwrap();
+    let (code, _, err) = kvtier(&["quota", "set", "--config", c, "--adapter", "1", "x", "1"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("not written") && err.contains("IsolatedLRU"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(&cfg).unwrap(), before);
+    let (code, _, err) = kvtier(&["quota", "set", "--config", c, "x", "lots"]);
+    assert_eq!(code, 2);
+    assert!(err.contains("expected bytes"), "{err}");
+}

@@ -64,6 +64,8 @@ pub enum Command {
     },
     /// Watch a running tier live: rates, latencies, usage and health from its `/metrics`.
     Top(crate::top::TopArgs),
+    /// Read or change the `IsolatedLRU` quotas of an adapter in a configuration file.
+    Quota(crate::quota::QuotaArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -93,6 +95,7 @@ pub fn run(cli: Cli) -> i32 {
             actix::System::new().block_on(bench::run_cli(config, opts, args.plot.clone()))
         }
         Command::Top(args) => crate::top::run(&args),
+        Command::Quota(args) => crate::quota::run(&args),
         Command::CheckConfig { cfg } => match cfg.load() {
             Ok(c) => {
                 println!(

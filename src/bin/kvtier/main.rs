@@ -11,6 +11,7 @@ mod bench;
 mod cli;
 mod common;
 mod metrics_server;
+mod quota;
 mod top;
 
 use clap::Parser;
