@@ -17,6 +17,10 @@ for that phase only (not the server's). Clients:
   "kvtier.lmcache", ...}`), driven by the same script the same way; `--plugin-variant
   name=JSON` runs it with these kvtier adapter fields changed, `--plugin-site name=DIR` with the
   `kvtier` package of another build (a `pip install --target DIR` of its wheel);
+- `lmcache-hfbucket` and `kvtier-lmcache-hf`: the same two on `hfbucket` (LMCache's own
+  `hfbucket` adapter, huggingface_hub; kvtier's through the plugin), each run against a fresh
+  loopback Hub emulator (`--hub-emulator`, a release build of `examples/hub_emulator.rs`)
+  instead of Garage;
 - extra kvtier variants (`--variant name='{"s3_checksum": "crc32c"}'`): the pipeline with
   these adapter fields changed; `--binary name=path`: the pipeline of another kvtier build
   (before/after a change, in the same rounds).
@@ -62,9 +66,32 @@ def parse_workload(w: str):
 
 
 # Clients driven through LMCache's L2AdapterInterface (bench/peer_lmcache.py).
-LMCACHE_CLIENTS = ("lmcache-s3", "kvtier-lmcache")
+LMCACHE_CLIENTS = ("lmcache-s3", "kvtier-lmcache", "lmcache-hfbucket", "kvtier-lmcache-hf")
+# Clients that run against the Hub emulator instead of Garage.
+HF_CLIENTS = ("lmcache-hfbucket", "kvtier-lmcache-hf")
 # Clients every kvtier client is compared with, in the same round.
-PEERS = ("raw", "awscrt", "lmcache-s3")
+PEERS = ("raw", "awscrt", "lmcache-s3", "lmcache-hfbucket")
+HUB_TOKEN = "hf_kvtier_bench_token"
+
+
+def lmcache_peer(c):
+    """The LMCache built-in adapter a plugin client is compared with."""
+    return "lmcache-hfbucket" if c in HF_CLIENTS else "lmcache-s3"
+
+
+@contextlib.contextmanager
+def hub(args):
+    """A fresh loopback Hub emulator for one run: its endpoint and process id."""
+    p = subprocess.Popen([args.hub_emulator, "--port", "0", "--token", HUB_TOKEN],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        endpoint = p.stdout.readline().strip()
+        if not endpoint.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"{args.hub_emulator} printed {endpoint!r}, not its endpoint")
+        yield endpoint, p.pid
+    finally:
+        p.kill()
+        p.wait()
 
 
 def run_json(cmd, env=None):
@@ -151,7 +178,7 @@ def paired_ratios(runs, plugin_clients=LMCACHE_CLIENTS):
         # Variants and other builds are also paired with the plain pipeline (or plugin) run of
         # their round; the plugin's runs with LMCache's own adapter.
         if c in plugin_clients:
-            others = ("lmcache-s3", "kvtier-lmcache")
+            others = (lmcache_peer(c), "kvtier-lmcache")
         else:
             others = ("raw", "awscrt", "kvtier")
         for other in [b for b in others if b in runs and b != c]:
@@ -196,6 +223,8 @@ def main():
                     help="fields of LMCache's own s3 adapter to change (JSON object)")
     ap.add_argument("--plugin-set", default="{}",
                     help="kvtier adapter fields of every kvtier-lmcache run (JSON object)")
+    ap.add_argument("--hub-emulator", default="target/release/examples/hub_emulator",
+                    help="the Hub emulator binary, for lmcache-hfbucket and kvtier-lmcache-hf")
     ap.add_argument("--peer-lmcache", default=os.path.join(os.path.dirname(__file__), "peer_lmcache.py"))
     ap.add_argument("--json-out")
     ap.add_argument("--adapter", help="use this s3 adapter JSON for every round (no fresh Garage)")
@@ -236,7 +265,7 @@ def main():
         name, path = v.split("=", 1)
         plugin_sites[name] = os.path.abspath(path)
         clients.append(name)
-    plugin_clients = {"lmcache-s3", "kvtier-lmcache", *plugin_variants, *plugin_sites}
+    plugin_clients = {*LMCACHE_CLIENTS, *plugin_variants, *plugin_sites}
     # LMCache's adapter needs a virtual-host bucket; every run then gets the same server.
     args.vhost_bucket = "lmcache-s3" in clients
 
@@ -258,6 +287,13 @@ def main():
                 # Every run gets its own fresh server: no run inherits the blocks, metadata
                 # or pending deletions of the one before it.
                 os.sync()
+                if c in HF_CLIENTS:
+                    with hub(args) as (endpoint, server_pid):
+                        server_cpu = process_cpu_s(server_pid)
+                        rep = run_hf(args, c, endpoint, chunks, size, batch, submit)
+                        after = process_cpu_s(server_pid)
+                        record(per, c, rep, server_cpu, after, server_gib, wl, rnd)
+                    continue
                 with server(args) as (base, server_pid):
                     base.update(overrides)
                     lm_endpoint = base["s3_endpoint"].split("://", 1)[1]
@@ -312,17 +348,7 @@ def main():
                                "--cleanup", *flags(opts), "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
                     after = process_cpu_s(server_pid)
-                    # What the client's requests (store, load, clean-up) cost the server.
-                    server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
-                    ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
-                    ph = phases_of(rep)
-                    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib"),
-                                   "server_cpu_gib": server_cpu_gib})
-                    print(f"[{wl}] round {rnd + 1} {c}: "
-                          + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
-                                      for k, v in ph.items())
-                          + (f", server {server_cpu_gib:.2f} CPU-s/GiB" if server_cpu_gib is not None else "")
-                          + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
+                    record(per, c, rep, server_cpu, after, server_gib, wl, rnd)
         results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
                         "in_flight": in_flight, "runs": per})
 
@@ -331,6 +357,41 @@ def main():
             json.dump({"rounds": args.rounds, "set": args.set, "results": results,
                        "plugin_clients": sorted(plugin_clients)}, f, indent=1)
     report(results, args.rounds, args.set, plugin_clients)
+
+
+def run_hf(args, c, endpoint, chunks, size, batch, submit):
+    """One run of an hfbucket client against the Hub emulator at `endpoint`."""
+    import tempfile
+
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1")
+    with tempfile.TemporaryDirectory(prefix="kvtier-bench-hf-") as tmp:
+        if c == "lmcache-hfbucket":
+            spec = {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
+                    "token": HUB_TOKEN, "download_tmp_dir": tmp, "create_bucket_if_missing": True}
+        else:
+            spec = {"type": "plugin", "module_path": "kvtier.lmcache", "class_name": "KvtierL2Adapter",
+                    "adapter_params": {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
+                                       "hf_endpoint": endpoint, "token": HUB_TOKEN,
+                                       "create_bucket_if_missing": True}}
+        cmd = [args.lmcache_python, args.peer_lmcache, "--spec", json.dumps(spec),
+               "--chunks", str(chunks), "--chunk-size", str(size),
+               "--batch", str(batch), "--tasks", str(submit)]
+        return run_json(cmd, env=env)
+
+
+def record(per, c, rep, server_cpu, after, server_gib, wl, rnd):
+    """Adds one run's result to `per[c]` and prints it."""
+    # What the client's requests (store, load, clean-up) cost the server.
+    server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
+    ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
+    ph = phases_of(rep)
+    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib"),
+                   "server_cpu_gib": server_cpu_gib})
+    print(f"[{wl}] round {rnd + 1} {c}: "
+          + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
+                      for k, v in ph.items())
+          + (f", server {server_cpu_gib:.2f} CPU-s/GiB" if server_cpu_gib is not None else "")
+          + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
 
 
 def report(results, rounds, fields, plugin_clients=None):
@@ -371,12 +432,13 @@ def report(results, rounds, fields, plugin_clients=None):
                 if o:
                     parts.append(f"throughput vs {other} {k[0] / o[0]:.2f}x, CPU/GiB vs {other} {k[1] / o[1]:.2f}x")
             print(f"- kvtier {phase}: " + "; ".join(parts))
-        for c in sorted(plugin_clients - {"lmcache-s3"}):
+        for c in sorted(plugin_clients - set(PEERS)):
             for phase in ("store", "load"):
-                k, o = med.get((c, phase)), med.get(("lmcache-s3", phase))
+                peer = lmcache_peer(c)
+                k, o = med.get((c, phase)), med.get((peer, phase))
                 if k and o:
-                    print(f"- {c} {phase}: throughput vs lmcache-s3 {k[0] / o[0]:.2f}x, "
-                          f"CPU/GiB vs lmcache-s3 {k[1] / o[1]:.2f}x")
+                    print(f"- {c} {phase}: throughput vs {peer} {k[0] / o[0]:.2f}x, "
+                          f"CPU/GiB vs {peer} {k[1] / o[1]:.2f}x")
         print()
         paired = paired_ratios(r["runs"], plugin_clients)
         if paired:
