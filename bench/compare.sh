@@ -8,7 +8,9 @@
 #   or, LMCache's own s3 adapter vs kvtier through its LMCache plugin (needs the lmcache venv of
 #   scripts/lmcache-venv.sh with a release kvtier wheel importable, e.g. via PYTHONPATH):
 #   bench/compare.sh --clients lmcache-s3,kvtier-lmcache
-# Env: KVTIER_BIN (use this kvtier binary), KVTIER_GARAGE_PORT (default 3960).
+# Env: KVTIER_BIN (use this kvtier binary), KVTIER_GARAGE_PORT (default 3960), TMPDIR (where each
+# run's Garage keeps its data: 1 GiB per run at the default workloads; /dev/shm keeps disk I/O of
+# a busy machine out of the figures).
 # Needs Garage (scripts/test-all.sh installs it once) and installs awscrt into a cached venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
