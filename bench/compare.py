@@ -418,7 +418,7 @@ def report(results, rounds, fields, plugin_clients=None):
         server = {c: [x["server_cpu_gib"] for x in runs if x.get("server_cpu_gib") is not None]
                   for c, runs in r["runs"].items()}
         if any(server.values()):
-            print("Server (Garage) CPU-s per GiB stored + loaded, whole run: "
+            print("Server (Garage, or the Hub emulator for hfbucket clients) CPU-s per GiB stored + loaded, whole run: "
                   + "; ".join(f"{c} {statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})"
                               for c, v in server.items() if v))
             print()
