@@ -178,7 +178,7 @@ def paired_ratios(runs, plugin_clients=LMCACHE_CLIENTS):
         # Variants and other builds are also paired with the plain pipeline (or plugin) run of
         # their round; the plugin's runs with LMCache's own adapter.
         if c in plugin_clients:
-            others = (lmcache_peer(c), "kvtier-lmcache")
+            others = (lmcache_peer(c),) if c in HF_CLIENTS else ("lmcache-s3", "kvtier-lmcache")
         else:
             others = ("raw", "awscrt", "kvtier")
         for other in [b for b in others if b in runs and b != c]:
