@@ -10,6 +10,17 @@ for that phase only (not the server's). Clients:
   actor → store / lookup+lock / load / unlock), every byte verified;
 - `raw`: plain concurrent aws-sdk-s3 PUT/GET (`kvtier bench --client raw-s3`), no actors;
 - `awscrt`: `bench/peer_awscrt.py`, LMCache's S3 data path rebuilt on awscrt's S3Client;
+- `lmcache-s3`: LMCache 0.5's own `s3` L2 adapter (awscrt), built by LMCache's `--l2-adapter`
+  parser and factory and driven through `L2AdapterInterface` as its controllers drive it
+  (`bench/peer_lmcache.py`: tasks of `batch` keys, eventfds, lookups from a fresh instance);
+- `kvtier-lmcache`: kvtier through its LMCache plugin (`{"type": "plugin", "module_path":
+  "kvtier.lmcache", ...}`), driven by the same script the same way; `--plugin-variant
+  name=JSON` runs it with these kvtier adapter fields changed, `--plugin-site name=DIR` with the
+  `kvtier` package of another build (a `pip install --target DIR` of its wheel);
+- `lmcache-hfbucket` and `kvtier-lmcache-hf`: the same two on `hfbucket` (LMCache's own
+  `hfbucket` adapter, huggingface_hub; kvtier's through the plugin), each run against a fresh
+  loopback Hub emulator (`--hub-emulator`, a release build of `examples/hub_emulator.rs`)
+  instead of Garage;
 - extra kvtier variants (`--variant name='{"s3_checksum": "crc32c"}'`): the pipeline with
   these adapter fields changed; `--binary name=path`: the pipeline of another kvtier build
   (before/after a change, in the same rounds).
@@ -54,6 +65,35 @@ def parse_workload(w: str):
     return int(count), parse_size(size), int(conc)
 
 
+# Clients driven through LMCache's L2AdapterInterface (bench/peer_lmcache.py).
+LMCACHE_CLIENTS = ("lmcache-s3", "kvtier-lmcache", "lmcache-hfbucket", "kvtier-lmcache-hf")
+# Clients that run against the Hub emulator instead of Garage.
+HF_CLIENTS = ("lmcache-hfbucket", "kvtier-lmcache-hf")
+# Clients every kvtier client is compared with, in the same round.
+PEERS = ("raw", "awscrt", "lmcache-s3", "lmcache-hfbucket")
+HUB_TOKEN = "hf_kvtier_bench_token"
+
+
+def lmcache_peer(c):
+    """The LMCache built-in adapter a plugin client is compared with."""
+    return "lmcache-hfbucket" if c in HF_CLIENTS else "lmcache-s3"
+
+
+@contextlib.contextmanager
+def hub(args):
+    """A fresh loopback Hub emulator for one run: its endpoint and process id."""
+    p = subprocess.Popen([args.hub_emulator, "--port", "0", "--token", HUB_TOKEN],
+                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    try:
+        endpoint = p.stdout.readline().strip()
+        if not endpoint.startswith("http://127.0.0.1:"):
+            raise RuntimeError(f"{args.hub_emulator} printed {endpoint!r}, not its endpoint")
+        yield endpoint, p.pid
+    finally:
+        p.kill()
+        p.wait()
+
+
 def run_json(cmd, env=None):
     p = subprocess.run(cmd, capture_output=True, text=True, env=env)
     line = next((l for l in reversed(p.stdout.splitlines()) if l.startswith("{")), None)
@@ -72,6 +112,10 @@ def server(args):
         yield json.loads(args.adapter), None
         return
     env = dict(os.environ, KVTIER_GARAGE_PORT=str(args.port))
+    if args.vhost_bucket:
+        # LMCache's s3 adapter addresses its bucket virtual-host style, Host = its endpoint:
+        # with this root domain, `Host: 127.0.0.1:<port>` is the bucket "127".
+        env.update(KVTIER_GARAGE_BUCKET="127", KVTIER_GARAGE_ROOT_DOMAIN=".0.0.1")
     # The script prints the adapter, then holds Garage up until our stdin closes.
     p = subprocess.Popen(
         [args.garage_script, "sh", "-c", 'echo "$KVTIER_S3_ADAPTER"; echo "$KVTIER_GARAGE_PID"; read _ || true'],
@@ -123,16 +167,21 @@ def phases_of(report):
     return out
 
 
-def paired_ratios(runs):
+def paired_ratios(runs, plugin_clients=LMCACHE_CLIENTS):
     """Per-round ratios of every kvtier client (the pipeline and its variants) to `raw` and
     `awscrt` from the same round: round-to-round swings of the shared machine and the fresh
     server cancel out of these, which they do not in a ratio of medians."""
     out = {}
     for c in runs:
-        if c in ("raw", "awscrt"):
+        if c in PEERS:
             continue
-        # Variants and other builds are also paired with the plain pipeline run of their round.
-        for other in [b for b in ("raw", "awscrt", "kvtier") if b in runs and b != c]:
+        # Variants and other builds are also paired with the plain pipeline (or plugin) run of
+        # their round; the plugin's runs with LMCache's own adapter.
+        if c in plugin_clients:
+            others = (lmcache_peer(c),) if c in HF_CLIENTS else ("lmcache-s3", "kvtier-lmcache")
+        else:
+            others = ("raw", "awscrt", "kvtier")
+        for other in [b for b in others if b in runs and b != c]:
             cols = []
             for phase in ("store", "load"):
                 for metric in ("mib_s", "cpu_gib"):
@@ -161,6 +210,22 @@ def main():
     ap.add_argument("--binary", action="append", default=[],
                     help="NAME=PATH: an extra kvtier pipeline run with another kvtier binary "
                          "(before/after comparisons of a change)")
+    ap.add_argument("--plugin-variant", action="append", default=[],
+                    help="NAME=JSON: an extra kvtier-lmcache run with these kvtier adapter fields")
+    ap.add_argument("--plugin-site", action="append", default=[],
+                    help="NAME=DIR: an extra kvtier-lmcache run importing `kvtier` from DIR (a "
+                         "`pip install --target DIR` of another build's wheel)")
+    ap.add_argument("--lmcache-python",
+                    default=os.path.join(os.environ.get("KVTIER_TOOLS_DIR", os.path.expanduser(
+                        "~/.cache/kvtier-tools")), "lmcache-venv", "bin", "python"),
+                    help="python with lmcache (and, for kvtier-lmcache, the kvtier wheel)")
+    ap.add_argument("--lmcache-set", default="{}",
+                    help="fields of LMCache's own s3 adapter to change (JSON object)")
+    ap.add_argument("--plugin-set", default="{}",
+                    help="kvtier adapter fields of every kvtier-lmcache run (JSON object)")
+    ap.add_argument("--hub-emulator", default="target/release/examples/hub_emulator",
+                    help="the Hub emulator binary, for lmcache-hfbucket and kvtier-lmcache-hf")
+    ap.add_argument("--peer-lmcache", default=os.path.join(os.path.dirname(__file__), "peer_lmcache.py"))
     ap.add_argument("--json-out")
     ap.add_argument("--adapter", help="use this s3 adapter JSON for every round (no fresh Garage)")
     ap.add_argument("--garage-script",
@@ -173,7 +238,7 @@ def main():
             saved = json.load(f)
         if isinstance(saved, list):  # files written before rounds and fields were saved too
             saved = {"results": saved, "rounds": "?", "set": "?"}
-        report(saved["results"], saved["rounds"], saved["set"])
+        report(saved["results"], saved["rounds"], saved["set"], saved.get("plugin_clients"))
         return
     workloads = [parse_workload(w) for w in (args.workload or ["256x4MiB@16", "2048x256KiB@32"])]
 
@@ -190,6 +255,19 @@ def main():
         name, path = b.split("=", 1)
         binaries[name] = path
         clients.append(name)
+    plugin_variants = {}
+    plugin_sites = {}
+    for v in args.plugin_variant:
+        name, fields = v.split("=", 1)
+        plugin_variants[name] = json.loads(fields)
+        clients.append(name)
+    for v in args.plugin_site:
+        name, path = v.split("=", 1)
+        plugin_sites[name] = os.path.abspath(path)
+        clients.append(name)
+    plugin_clients = {*LMCACHE_CLIENTS, *plugin_variants, *plugin_sites}
+    # LMCache's adapter needs a virtual-host bucket; every run then gets the same server.
+    args.vhost_bucket = "lmcache-s3" in clients
 
     results = []
     for chunks, size, in_flight in workloads:
@@ -209,14 +287,50 @@ def main():
                 # Every run gets its own fresh server: no run inherits the blocks, metadata
                 # or pending deletions of the one before it.
                 os.sync()
+                if c in HF_CLIENTS:
+                    with hub(args) as (endpoint, server_pid):
+                        server_cpu = process_cpu_s(server_pid)
+                        rep = run_hf(args, c, endpoint, chunks, size, batch, submit)
+                        after = process_cpu_s(server_pid)
+                        record(per, c, rep, server_cpu, after, server_gib, wl, rnd)
+                    continue
                 with server(args) as (base, server_pid):
                     base.update(overrides)
+                    lm_endpoint = base["s3_endpoint"].split("://", 1)[1]
+                    if args.vhost_bucket:
+                        # Path-style clients must not use the virtual-host name.
+                        base["s3_endpoint"] = base["s3_endpoint"].replace("127.0.0.1", "localhost")
                     adapter = dict(base, s3_num_io_threads=in_flight)
                     peer_env = dict(os.environ)
                     peer_env["AWS_ACCESS_KEY_ID"] = base["aws_access_key_id"]
                     peer_env["AWS_SECRET_ACCESS_KEY"] = base["aws_secret_access_key"]
                     server_cpu = process_cpu_s(server_pid)
-                    if c == "awscrt":
+                    if c in plugin_clients:
+                        if c == "lmcache-s3":
+                            spec = dict({"type": "s3", "s3_endpoint": lm_endpoint,
+                                         "s3_region": base["s3_region"], "disable_tls": True,
+                                         "s3_prefer_http2": False,
+                                         "aws_access_key_id": base["aws_access_key_id"],
+                                         "aws_secret_access_key": base["aws_secret_access_key"]},
+                                        **json.loads(args.lmcache_set))
+                        else:
+                            # kvtier's defaults, but for what the server needs.
+                            params = {k: base[k] for k in ("type", "s3_endpoint", "s3_bucket", "s3_region",
+                                                           "disable_tls", "aws_access_key_id",
+                                                           "aws_secret_access_key")}
+                            params.update(json.loads(args.plugin_set))
+                            params.update(plugin_variants.get(c, {}))
+                            spec = {"type": "plugin", "module_path": "kvtier.lmcache",
+                                    "class_name": "KvtierL2Adapter", "adapter_params": params}
+                        env = dict(os.environ)
+                        if c in plugin_sites:
+                            env["PYTHONPATH"] = os.pathsep.join(
+                                [plugin_sites[c]] + [p for p in [env.get("PYTHONPATH")] if p])
+                        cmd = [args.lmcache_python, args.peer_lmcache, "--spec", json.dumps(spec),
+                               "--chunks", str(chunks), "--chunk-size", str(size),
+                               "--batch", str(batch), "--tasks", str(submit)]
+                        rep = run_json(cmd, env=env)
+                    elif c == "awscrt":
                         cmd = [args.python, args.peer, "--endpoint", base["s3_endpoint"],
                                "--bucket", base["s3_bucket"], "--region", base["s3_region"],
                                "--chunks", str(chunks), "--chunk-size", str(size),
@@ -234,28 +348,55 @@ def main():
                                "--cleanup", *flags(opts), "--l2-adapter", json.dumps(a)]
                         rep = run_json(cmd)
                     after = process_cpu_s(server_pid)
-                    # What the client's requests (store, load, clean-up) cost the server.
-                    server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
-                    ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
-                    ph = phases_of(rep)
-                    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib"),
-                                   "server_cpu_gib": server_cpu_gib})
-                    print(f"[{wl}] round {rnd + 1} {c}: "
-                          + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
-                                      for k, v in ph.items())
-                          + (f", server {server_cpu_gib:.2f} CPU-s/GiB" if server_cpu_gib is not None else "")
-                          + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
+                    record(per, c, rep, server_cpu, after, server_gib, wl, rnd)
         results.append({"workload": wl, "chunks": chunks, "chunk_size": size,
                         "in_flight": in_flight, "runs": per})
 
     if args.json_out:
         with open(args.json_out, "w") as f:
-            json.dump({"rounds": args.rounds, "set": args.set, "results": results}, f, indent=1)
-    report(results, args.rounds, args.set)
+            json.dump({"rounds": args.rounds, "set": args.set, "results": results,
+                       "plugin_clients": sorted(plugin_clients)}, f, indent=1)
+    report(results, args.rounds, args.set, plugin_clients)
 
 
-def report(results, rounds, fields):
+def run_hf(args, c, endpoint, chunks, size, batch, submit):
+    """One run of an hfbucket client against the Hub emulator at `endpoint`."""
+    import tempfile
+
+    env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1")
+    with tempfile.TemporaryDirectory(prefix="kvtier-bench-hf-") as tmp:
+        if c == "lmcache-hfbucket":
+            spec = {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
+                    "token": HUB_TOKEN, "download_tmp_dir": tmp, "create_bucket_if_missing": True}
+        else:
+            spec = {"type": "plugin", "module_path": "kvtier.lmcache", "class_name": "KvtierL2Adapter",
+                    "adapter_params": {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
+                                       "hf_endpoint": endpoint, "token": HUB_TOKEN,
+                                       "create_bucket_if_missing": True}}
+        cmd = [args.lmcache_python, args.peer_lmcache, "--spec", json.dumps(spec),
+               "--chunks", str(chunks), "--chunk-size", str(size),
+               "--batch", str(batch), "--tasks", str(submit)]
+        return run_json(cmd, env=env)
+
+
+def record(per, c, rep, server_cpu, after, server_gib, wl, rnd):
+    """Adds one run's result to `per[c]` and prints it."""
+    # What the client's requests (store, load, clean-up) cost the server.
+    server_cpu_gib = (after - server_cpu) / server_gib if after is not None and server_cpu is not None else None
+    ok = rep.get("verified") and rep.get("errors", 1) == 0 and rep["_exit"] == 0
+    ph = phases_of(rep)
+    per[c].append({"ok": ok, "phases": ph, "peak_rss_mib": rep.get("peak_rss_mib"),
+                   "server_cpu_gib": server_cpu_gib})
+    print(f"[{wl}] round {rnd + 1} {c}: "
+          + ", ".join(f"{k} {v['mib_s']:.0f} MiB/s {v['cpu_gib']:.2f} CPU-s/GiB"
+                      for k, v in ph.items())
+          + (f", server {server_cpu_gib:.2f} CPU-s/GiB" if server_cpu_gib is not None else "")
+          + ("" if ok else "  (NOT VERIFIED / ERRORS)"), file=sys.stderr, flush=True)
+
+
+def report(results, rounds, fields, plugin_clients=None):
     """Prints the Markdown tables; exits 1 if any run was unverified or failed."""
+    plugin_clients = set(plugin_clients or LMCACHE_CLIENTS)
     print(f"\nrounds: {rounds}; kvtier/raw adapter fields: {fields}\n")
     for r in results:
         print(f"### {r['workload']} (chunks x size @ requests in flight)\n")
@@ -277,7 +418,7 @@ def report(results, rounds, fields):
         server = {c: [x["server_cpu_gib"] for x in runs if x.get("server_cpu_gib") is not None]
                   for c, runs in r["runs"].items()}
         if any(server.values()):
-            print("Server (Garage) CPU-s per GiB stored + loaded, whole run: "
+            print("Server (Garage, or the Hub emulator for hfbucket clients) CPU-s per GiB stored + loaded, whole run: "
                   + "; ".join(f"{c} {statistics.median(v):.2f} ({min(v):.2f}–{max(v):.2f})"
                               for c, v in server.items() if v))
             print()
@@ -291,8 +432,15 @@ def report(results, rounds, fields):
                 if o:
                     parts.append(f"throughput vs {other} {k[0] / o[0]:.2f}x, CPU/GiB vs {other} {k[1] / o[1]:.2f}x")
             print(f"- kvtier {phase}: " + "; ".join(parts))
+        for c in sorted(plugin_clients - set(PEERS)):
+            for phase in ("store", "load"):
+                peer = lmcache_peer(c)
+                k, o = med.get((c, phase)), med.get((peer, phase))
+                if k and o:
+                    print(f"- {c} {phase}: throughput vs {peer} {k[0] / o[0]:.2f}x, "
+                          f"CPU/GiB vs {peer} {k[1] / o[1]:.2f}x")
         print()
-        paired = paired_ratios(r["runs"])
+        paired = paired_ratios(r["runs"], plugin_clients)
         if paired:
             print("Paired ratios (each round's kvtier client ÷ the other client in the same round, on the same "
                   "fresh server; median (min–max) over rounds):\n")

@@ -5,7 +5,12 @@
 #
 # Usage: bench/compare.sh [compare.py options]
 #   e.g. bench/compare.sh --rounds 5 --workload 256x4MiB@16 --variant crc32c='{"s3_checksum": "crc32c"}'
-# Env: KVTIER_BIN (use this kvtier binary), KVTIER_GARAGE_PORT (default 3960).
+#   or, LMCache's own s3 adapter vs kvtier through its LMCache plugin (needs the lmcache venv of
+#   scripts/lmcache-venv.sh with a release kvtier wheel importable, e.g. via PYTHONPATH):
+#   bench/compare.sh --clients lmcache-s3,kvtier-lmcache
+# Env: KVTIER_BIN (use this kvtier binary), KVTIER_GARAGE_PORT (default 3960), TMPDIR (where each
+# run's Garage keeps its data: 1 GiB per run at the default workloads; /dev/shm keeps disk I/O of
+# a busy machine out of the figures).
 # Needs Garage (scripts/test-all.sh installs it once) and installs awscrt into a cached venv.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +22,18 @@ if ! "$VENV/bin/python" -c "import awscrt.s3" 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "awscrt==$AWSCRT_VERSION"
 fi
-if [ -z "${KVTIER_BIN:-}" ]; then
+# The kvtier binary is needed unless only LMCache-driven clients run (--clients without kvtier
+# or raw, and no --variant / --binary).
+needs_binary=1
+prev=
+for a in "$@"; do
+  case "$prev" in --clients) case ",$a," in *,kvtier,*|*,raw,*) ;; *) needs_binary=0 ;; esac ;; esac
+  prev=$a
+done
+for a in "$@"; do case "$a" in --variant|--binary|--variant=*|--binary=*) needs_binary=1 ;; esac; done
+if [ "$needs_binary" = 0 ] && [ -z "${KVTIER_BIN:-}" ]; then
+  KVTIER_BIN=/nonexistent
+elif [ -z "${KVTIER_BIN:-}" ]; then
   cargo build --release --bin kvtier >&2
   KVTIER_BIN=target/release/kvtier
 fi

@@ -21,8 +21,18 @@ pub enum AddressingStyle {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum PayloadSigning {
-    /// Sign the payload's SHA-256 over plain HTTP; send `UNSIGNED-PAYLOAD` over TLS, whose
-    /// record MACs already protect the bytes in transit (as the AWS CRT client does).
+    /// `UNSIGNED-PAYLOAD` (as the AWS CRT client, and so LMCache's own S3 adapter, sends
+    /// everywhere). Over TLS the record MACs protect the bytes in transit; over plain HTTP every
+    /// PUT also carries the CRC32C of its body (`x-amz-checksum-crc32c`, inside the signed
+    /// headers), which the store checks before it keeps the object, so a body damaged on the
+    /// way is refused (GETs check it only with `s3_checksum = "crc32c"`).
+    ///
+    /// Until 2026-12 `auto` signed the body's SHA-256 over plain HTTP. That pass cost about
+    /// 0.5 CPU-s per GiB stored on the client and as much again on the server (which must
+    /// hash the body to check the signature), and was most of what kept the 4 MiB store behind
+    /// LMCache's own adapter on a 2-core host (BENCHMARKS.md, "kvtier through LMCache"). A
+    /// CRC32C is not a MAC: who must also defend stored bytes against an active attacker on a
+    /// plain-HTTP network sets `"signed"` (or uses TLS).
     #[default]
     Auto,
     /// Always hash and sign the payload (one SHA-256 pass over every byte stored).
@@ -182,12 +192,25 @@ impl S3Config {
     }
 
     /// Whether PUTs to this endpoint sign their payload's SHA-256 (see [`PayloadSigning`]).
-    pub fn signs_payload(&self, ep: &ResolvedEndpoint) -> bool {
+    pub fn signs_payload(&self, _ep: &ResolvedEndpoint) -> bool {
         match self.s3_payload_signing {
             PayloadSigning::Signed => true,
-            PayloadSigning::Unsigned => false,
-            PayloadSigning::Auto => !ep.tls,
+            PayloadSigning::Unsigned | PayloadSigning::Auto => false,
         }
+    }
+
+    /// Whether PUTs to this endpoint send the CRC32C of their body for the store to check:
+    /// with `s3_checksum = "crc32c"`, and with `auto` payload signing over plain HTTP (see
+    /// [`PayloadSigning::Auto`]).
+    pub fn put_crc32c(&self, ep: &ResolvedEndpoint) -> bool {
+        self.s3_checksum == ChecksumMode::Crc32c
+            || (self.s3_payload_signing == PayloadSigning::Auto && !ep.tls)
+    }
+
+    /// Whether GETs ask the store for the object's CRC32C and check it (`s3_checksum =
+    /// "crc32c"` only).
+    pub fn get_crc32c(&self) -> bool {
+        self.s3_checksum == ChecksumMode::Crc32c
     }
 
     /// Checks every field and resolves the endpoint.
@@ -442,21 +465,27 @@ mod tests {
     }
 
     #[test]
-    fn payload_signing_follows_tls() {
+    fn payload_signing_and_put_checksum_follow_tls() {
         let mut c = cfg("http://127.0.0.1:3900");
         c.disable_tls = true;
         c.s3_bucket = Some("kvtier".into());
         let plain = c.validate().unwrap();
-        assert!(c.signs_payload(&plain), "auto signs over plain http");
+        assert!(!c.signs_payload(&plain), "auto never hashes the payload");
+        assert!(c.put_crc32c(&plain), "auto sends a CRC32C over plain http");
+        assert!(!c.get_crc32c(), "auto does not check GETs");
         let tls = cfg("s3://bucket").validate().unwrap();
         assert!(
-            !c.signs_payload(&tls),
-            "auto leaves TLS connections unsigned"
+            !c.signs_payload(&tls) && !c.put_crc32c(&tls),
+            "auto: TLS is enough"
         );
         c.s3_payload_signing = PayloadSigning::Unsigned;
-        assert!(!c.signs_payload(&plain));
+        assert!(!c.signs_payload(&plain) && !c.put_crc32c(&plain));
+        c.s3_checksum = ChecksumMode::Crc32c;
+        assert!(c.put_crc32c(&plain) && c.put_crc32c(&tls) && c.get_crc32c());
+        c.s3_checksum = ChecksumMode::None;
         c.s3_payload_signing = PayloadSigning::Signed;
-        assert!(c.signs_payload(&tls));
+        assert!(c.signs_payload(&tls) && c.signs_payload(&plain));
+        assert!(!c.put_crc32c(&plain));
         let parsed: S3Config = serde_json::from_str(
             r#"{"s3_endpoint": "s3://b", "s3_region": "r", "s3_payload_signing": "unsigned", "s3_checksum": "crc32c"}"#,
         )

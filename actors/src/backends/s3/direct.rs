@@ -18,7 +18,8 @@
 //! - a GET's body is read inside its attempt, straight into the caller's buffer, so a body that
 //!   stalls or breaks off mid-stream times out or is retried like any other failure;
 //! - with `s3_checksum = "crc32c"`, PUTs send `x-amz-checksum-crc32c` (which the store checks)
-//!   and GETs ask for it back and check it.
+//!   and GETs ask for it back and check it; with `auto` payload signing over plain HTTP, PUTs
+//!   send it too.
 
 use std::ops::ControlFlow;
 use std::time::{Duration, SystemTime};
@@ -78,7 +79,10 @@ pub struct Direct {
     region: String,
     identity: Identity,
     sign_payload: bool,
-    crc32c: bool,
+    /// PUTs send `x-amz-checksum-crc32c`.
+    put_crc32c: bool,
+    /// GETs ask for the CRC32C and check it.
+    get_crc32c: bool,
     attempt_timeout: Duration,
     /// Counts retries by cause (off until [`Direct::with_metrics`]).
     metrics: crate::metrics::AdapterMetrics,
@@ -164,7 +168,8 @@ impl Direct {
             region: cfg.s3_region.clone(),
             identity: credentials.into(),
             sign_payload: cfg.signs_payload(ep),
-            crc32c: cfg.s3_checksum == super::ChecksumMode::Crc32c,
+            put_crc32c: cfg.put_crc32c(ep),
+            get_crc32c: cfg.get_crc32c(),
             attempt_timeout: cfg
                 .s3_attempt_timeout_secs
                 .map_or(ATTEMPT_TIMEOUT, Duration::from_secs_f64),
@@ -324,7 +329,7 @@ impl Direct {
             ("content-length", data.len().to_string()),
             ("content-type", "application/octet-stream".to_owned()),
         ];
-        if self.crc32c {
+        if self.put_crc32c {
             headers.push(("x-amz-checksum-crc32c", crc32c_header(&data)));
         }
         self.retrying("put", || async {
@@ -361,7 +366,7 @@ impl Direct {
     /// GETs the object into `buf`, which must end up exactly full.
     pub async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let url = self.url(object);
-        let headers: Vec<(&'static str, String)> = if self.crc32c {
+        let headers: Vec<(&'static str, String)> = if self.get_crc32c {
             vec![("x-amz-checksum-mode", "ENABLED".to_owned())]
         } else {
             Vec::new()
@@ -406,7 +411,7 @@ impl Direct {
                 })
             }
         }
-        let expected_crc = if self.crc32c {
+        let expected_crc = if self.get_crc32c {
             resp.headers()
                 .get("x-amz-checksum-crc32c")
                 .and_then(|v| v.to_str().ok())

@@ -175,8 +175,10 @@ struct Shared {
     permits: Semaphore,
     /// PUTs hash and sign their payload.
     sign_payload: bool,
-    /// End-to-end CRC32C on PUT and GET.
-    crc32c: bool,
+    /// PUTs send their body's CRC32C for the store to check.
+    put_crc32c: bool,
+    /// GETs ask for the object's CRC32C and check it.
+    get_crc32c: bool,
 }
 
 /// Refresh temporary credentials this long before they expire.
@@ -411,7 +413,8 @@ impl S3Storage {
                 format,
                 permits: Semaphore::new(cfg.s3_num_io_threads),
                 sign_payload: cfg.signs_payload(&endpoint),
-                crc32c: cfg.s3_checksum == ChecksumMode::Crc32c,
+                put_crc32c: cfg.put_crc32c(&endpoint),
+                get_crc32c: cfg.get_crc32c(),
             }),
             runtime: Some(runtime),
             handle,
@@ -506,7 +509,7 @@ async fn get_one(
         .get_object()
         .bucket(&shared.bucket)
         .key(shared.object_key(&key));
-    if shared.crc32c {
+    if shared.get_crc32c {
         req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
     }
     let resp = req.send().await;
@@ -562,7 +565,7 @@ async fn sdk_put(shared: &Shared, key: &ObjectKey, data: Bytes) -> Result<(), Ba
         .content_type("application/octet-stream")
         .content_length(len)
         .body(ByteStream::from(data));
-    if shared.crc32c {
+    if shared.put_crc32c {
         req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
     }
     let res = send_put(req, shared.sign_payload).await;
@@ -819,7 +822,11 @@ impl Storage for S3Storage {
             "key_prefix": self.shared.prefix,
             "in_flight_bound": self.in_flight_bound,
             "payload_signed": self.shared.sign_payload,
-            "checksum": if self.shared.crc32c { "crc32c" } else { "none" },
+            "checksum": match (self.shared.put_crc32c, self.shared.get_crc32c) {
+                (_, true) => "crc32c",
+                (true, false) => "crc32c (put)",
+                (false, false) => "none",
+            },
             "data_path": data_path_name(&self.direct),
             "direct_credentials": self.direct.as_ref().ok().map(DirectPath::status),
             "circuit_breaker": {

@@ -17,7 +17,7 @@ use aws_sdk_s3::config::{
 };
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use kvtier::actors::backends::s3::{ChecksumMode, ResolvedEndpoint, S3Config};
+use kvtier::actors::backends::s3::{ResolvedEndpoint, S3Config};
 use kvtier::actors::NameFormat;
 use kvtier::config::{AdapterSpec, TierConfig};
 
@@ -73,16 +73,17 @@ async fn plain_client(cfg: &S3Config, ep: &ResolvedEndpoint) -> Result<aws_sdk_s
         loader = loader.http_client(https_client_trusting(path)?);
     }
     let shared = loader.load().await;
-    let crc = cfg.s3_checksum == ChecksumMode::Crc32c;
+    // As the adapter: PUTs carry a CRC32C with `s3_checksum = "crc32c"` or `auto` signing over
+    // plain HTTP; GETs check it with `s3_checksum = "crc32c"` only.
     let mut b = aws_sdk_s3::config::Builder::from(&shared)
         .force_path_style(ep.force_path_style)
         .disable_s3_express_session_auth(!cfg.s3_enable_s3express)
-        .request_checksum_calculation(if crc {
+        .request_checksum_calculation(if cfg.put_crc32c(ep) {
             RequestChecksumCalculation::WhenSupported
         } else {
             RequestChecksumCalculation::WhenRequired
         })
-        .response_checksum_validation(if crc {
+        .response_checksum_validation(if cfg.get_crc32c() {
             ResponseChecksumValidation::WhenSupported
         } else {
             ResponseChecksumValidation::WhenRequired
