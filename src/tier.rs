@@ -188,11 +188,7 @@ impl Tier {
     /// The tier's own metrics in the Prometheus text format (OpenMetrics), as `/metrics`
     /// serves them; `None` when [`Tier::registry`] is.
     pub fn metrics_text(&self) -> Option<String> {
-        let registry = self.registry.as_ref()?;
-        let mut text = String::new();
-        prometheus_client::encoding::text::encode(&mut text, registry)
-            .expect("writing to a String does not fail");
-        Some(text)
+        self.registry.as_deref().map(kvtier_actors::metrics::encode)
     }
 
     /// The controller, for sending messages directly.

@@ -281,6 +281,14 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.0, 21))
 }
 
+/// `registry` in the Prometheus text format (OpenMetrics), as `/metrics` serves it.
+pub fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry)
+        .expect("writing to a String does not fail");
+    text
+}
+
 /// The registered families; [`Metrics::adapter`] hands out per-adapter handles.
 #[derive(Clone, Debug)]
 pub struct Metrics {

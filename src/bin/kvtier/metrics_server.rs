@@ -30,14 +30,6 @@ impl Drop for MetricsServer {
     }
 }
 
-/// The registry in the Prometheus text format.
-pub fn render(registry: &Registry) -> String {
-    let mut text = String::new();
-    prometheus_client::encoding::text::encode(&mut text, registry)
-        .expect("writing to a String does not fail");
-    text
-}
-
 /// Serves `registry` at `http://addr/metrics` until the returned server is dropped.
 pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> Result<MetricsServer, String> {
     let listener = std::net::TcpListener::bind(addr)
@@ -80,7 +72,7 @@ pub fn serve(addr: SocketAddr, registry: Arc<Registry>) -> Result<MetricsServer,
                                     axum::http::header::CONTENT_TYPE,
                                     "application/openmetrics-text; version=1.0.0; charset=utf-8",
                                 )],
-                                render(&registry),
+                                kvtier::actors::metrics::encode(&registry),
                             )
                         }
                     }),

@@ -33,26 +33,23 @@ impl Sampler {
         let (stop, stopped) = flume::bounded::<()>(1);
         let thread = std::thread::spawn(move || {
             let t0 = Instant::now();
-            let mut out = Vec::new();
-            loop {
-                let text = crate::metrics_server::render(&registry);
-                out.push((
+            let sample = || {
+                let text = kvtier::actors::metrics::encode(&registry);
+                (
                     t0.elapsed().as_secs_f64(),
                     crate::metrics_server::samples(&text),
-                ));
-                // Wakes at once when stopped: the last sample is taken after the run.
-                if !matches!(
-                    stopped.recv_timeout(PERIOD),
-                    Err(flume::RecvTimeoutError::Timeout)
-                ) {
-                    let text = crate::metrics_server::render(&registry);
-                    out.push((
-                        t0.elapsed().as_secs_f64(),
-                        crate::metrics_server::samples(&text),
-                    ));
-                    return out;
-                }
+                )
+            };
+            let mut out = vec![sample()];
+            // Wakes at once when stopped: the last sample is taken after the run.
+            while matches!(
+                stopped.recv_timeout(PERIOD),
+                Err(flume::RecvTimeoutError::Timeout)
+            ) {
+                out.push(sample());
             }
+            out.push(sample());
+            out
         });
         Self { stop, thread }
     }
@@ -157,11 +154,32 @@ fn draw(samples: &[Sample], path: &PathBuf, title: &str) -> Result<(), String> {
         .titled(title, ("sans-serif", 22))
         .map_err(|e| format!("plot: {e}"))?;
     let areas = root.split_evenly((4, 1));
-    let ops: [(&'static str, RGBColor); 4] = [
-        ("store", RGBColor(31, 119, 180)),
-        ("lookup", RGBColor(44, 160, 44)),
-        ("load", RGBColor(255, 127, 14)),
-        ("delete", RGBColor(214, 39, 40)),
+    // Per operation: name, colour, its request counter, its `op` label filter.
+    let ops: [(&'static str, RGBColor, &str, &str); 4] = [
+        (
+            "store",
+            RGBColor(31, 119, 180),
+            "kvtier_store_tasks_total",
+            "op=\"store\"",
+        ),
+        (
+            "lookup",
+            RGBColor(44, 160, 44),
+            "kvtier_lookup_tasks_total",
+            "op=\"lookup\"",
+        ),
+        (
+            "load",
+            RGBColor(255, 127, 14),
+            "kvtier_load_tasks_total",
+            "op=\"load\"",
+        ),
+        (
+            "delete",
+            RGBColor(214, 39, 40),
+            "kvtier_delete_tasks_total",
+            "op=\"delete\"",
+        ),
     ];
     panel(
         &areas[0],
@@ -187,15 +205,7 @@ fn draw(samples: &[Sample], path: &PathBuf, title: &str) -> Result<(), String> {
         "requests/s",
         t_max,
         ops.iter()
-            .map(|(op, c)| {
-                let family: &'static str = match *op {
-                    "store" => "kvtier_store_tasks_total",
-                    "lookup" => "kvtier_lookup_tasks_total",
-                    "load" => "kvtier_load_tasks_total",
-                    _ => "kvtier_delete_tasks_total",
-                };
-                (*op, *c, rate(samples, family, "", 1.0))
-            })
+            .map(|(op, c, family, _)| (*op, *c, rate(samples, family, "", 1.0)))
             .collect(),
     )?;
     panel(
@@ -227,18 +237,9 @@ fn draw(samples: &[Sample], path: &PathBuf, title: &str) -> Result<(), String> {
         "requests",
         t_max,
         ops.iter()
-            .map(|(op, c)| {
-                let filter: &'static str = match *op {
-                    "store" => "op=\"store\"",
-                    "lookup" => "op=\"lookup\"",
-                    "load" => "op=\"load\"",
-                    _ => "op=\"delete\"",
-                };
-                (
-                    *op,
-                    *c,
-                    level(samples, "kvtier_inflight_requests", filter, 1.0),
-                )
+            .map(|(op, c, _, filter)| {
+                let inflight = level(samples, "kvtier_inflight_requests", filter, 1.0);
+                (*op, *c, inflight)
             })
             .collect(),
     )?;
