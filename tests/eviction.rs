@@ -191,6 +191,7 @@ async fn every_policy_evicts_under_the_watermark() {
         EvictionPolicy::Lru,
         EvictionPolicy::Arc,
         EvictionPolicy::Slru,
+        EvictionPolicy::Flru,
     ] {
         let tier = start(1000, EvictionConfig::with_policy(p)).await;
         for i in 0..30 {

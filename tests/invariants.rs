@@ -177,7 +177,9 @@ fn adapter(backend: Backend, policy: EvictionPolicy, dir: &std::path::Path) -> A
         built.trigger_watermark = WATERMARK;
         built.eviction_ratio = 0.3;
         built.eviction_unit = match policy {
-            EvictionPolicy::Arc | EvictionPolicy::Slru => EvictionUnit::Bytes,
+            EvictionPolicy::Arc | EvictionPolicy::Slru | EvictionPolicy::Flru => {
+                EvictionUnit::Bytes
+            }
             _ => EvictionUnit::Keys,
         };
         if policy == EvictionPolicy::IsolatedLru {
@@ -543,6 +545,11 @@ fn invariants_memory_slru() {
 }
 
 #[test]
+fn invariants_memory_flru() {
+    check(Backend::Memory, EvictionPolicy::Flru);
+}
+
+#[test]
 fn invariants_memory_isolated_lru() {
     check(Backend::Memory, EvictionPolicy::IsolatedLru);
 }
@@ -554,6 +561,7 @@ fn every_policy_is_covered() {
         EvictionPolicy::Lru,
         EvictionPolicy::Arc,
         EvictionPolicy::Slru,
+        EvictionPolicy::Flru,
         EvictionPolicy::IsolatedLru,
         EvictionPolicy::Noop,
     ];

@@ -79,6 +79,10 @@ pub enum EvictionPolicy {
     /// kvtier's segmented LRU with ghost admission and a fuller tier (not an LMCache name).
     #[serde(rename = "SLRU")]
     Slru,
+    /// kvtier's frequency-boosted LRU with a use history that outlives eviction, and a fuller
+    /// tier (not an LMCache name).
+    #[serde(rename = "FLRU")]
+    Flru,
     /// Never evict.
     #[serde(rename = "noop")]
     Noop,
@@ -86,21 +90,23 @@ pub enum EvictionPolicy {
 
 impl EvictionPolicy {
     /// Every policy, in the order reports list them.
-    pub const ALL: [EvictionPolicy; 5] = [
+    pub const ALL: [EvictionPolicy; 6] = [
         EvictionPolicy::Lru,
         EvictionPolicy::Arc,
         EvictionPolicy::IsolatedLru,
         EvictionPolicy::Slru,
+        EvictionPolicy::Flru,
         EvictionPolicy::Noop,
     ];
 
-    /// The configured name (`"LRU"`, `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"noop"`).
+    /// The configured name (`"LRU"`, `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"FLRU"`, `"noop"`).
     pub fn as_str(self) -> &'static str {
         match self {
             EvictionPolicy::Lru => "LRU",
             EvictionPolicy::Arc => "ARC",
             EvictionPolicy::IsolatedLru => "IsolatedLRU",
             EvictionPolicy::Slru => "SLRU",
+            EvictionPolicy::Flru => "FLRU",
             EvictionPolicy::Noop => "noop",
         }
     }
@@ -172,21 +178,21 @@ impl<'de> Deserialize<'de> for Quotas {
 /// The optional `eviction` table of an adapter.
 ///
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
-/// unit `keys` (LMCache's defaults); `SLRU` defaults to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
+/// unit `keys` (LMCache's defaults); `SLRU` and `FLRU` default to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
 /// unit `bytes` (a fuller tier, see the README).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]
 pub struct EvictionConfig {
-    /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"SLRU"` or `"noop"`.
+    /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"FLRU"` or `"noop"`.
     pub eviction_policy: EvictionPolicy,
-    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`:
+    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`, `FLRU`:
     /// [`SLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each salt's quota.
     pub trigger_watermark: f64,
     /// Share of the adapter's keys (or bytes, see `eviction_unit`) evicted per round; in
-    /// [0, 1]. Default 0.2 (`SLRU`: [`SLRU_RATIO`]). Any ratio > 0 evicts at least one key.
+    /// [0, 1]. Default 0.2 (`SLRU`, `FLRU`: [`SLRU_RATIO`]). Any ratio > 0 evicts at least one key.
     pub eviction_ratio: f64,
-    /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `SLRU`): what
+    /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `SLRU` and `FLRU`): what
     /// `eviction_ratio` is a share of.
     pub eviction_unit: EvictionUnit,
     /// `IsolatedLRU` only: byte quota per cache salt. Salts without an entry have a limit of 0
@@ -195,9 +201,9 @@ pub struct EvictionConfig {
     pub quotas: Quotas,
 }
 
-/// `SLRU`'s default `trigger_watermark`: the tier runs nearly full.
+/// `SLRU`'s and `FLRU`'s default `trigger_watermark`: the tier runs nearly full.
 pub const SLRU_WATERMARK: f64 = 0.98;
-/// `SLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
+/// `SLRU`'s and `FLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
 pub const SLRU_RATIO: f64 = 0.02;
 
 /// The `eviction` table as written; missing fields take the policy's defaults.
@@ -317,7 +323,7 @@ impl EvictionConfig {
     /// A configuration of this policy with the other fields at the policy's defaults.
     pub fn with_policy(policy: EvictionPolicy) -> Self {
         match policy {
-            EvictionPolicy::Slru => Self {
+            EvictionPolicy::Slru | EvictionPolicy::Flru => Self {
                 eviction_policy: policy,
                 trigger_watermark: SLRU_WATERMARK,
                 eviction_ratio: SLRU_RATIO,

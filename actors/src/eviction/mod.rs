@@ -10,7 +10,7 @@
 //! against the ledger, because the events are the ledger's changes in order.
 //!
 //! A round is planned by the policy ([`EvictionPolicy::plan`]); the global policies (`LRU`,
-//! `ARC`, `SLRU`) follow LMCache's watermark rule: when usage reaches
+//! `ARC`, `SLRU`, `FLRU`) follow LMCache's watermark rule: when usage reaches
 //! `trigger_watermark × capacity`, remove `floor(n × eviction_ratio)` keys (at least 1 when the
 //! ratio is > 0), or with `eviction_unit = "bytes"` keys until `ceil(used × ratio)` bytes are
 //! freed. `IsolatedLRU` plans one budget per cache salt over its quota. The backend skips
@@ -25,6 +25,7 @@
 //! ledger, so what it measures is this code.
 
 pub mod arc;
+pub mod flru;
 pub mod isolated_lru;
 pub mod lru;
 pub mod noop;
@@ -57,7 +58,7 @@ pub const EXTRA_CANDIDATES: usize = 1024;
 /// `on_removed`; `victims` names only tracked keys, each once, first victim first; `len` is
 /// the number of tracked keys. Unknown keys given to `on_accessed` or `on_removed` are ignored.
 pub trait EvictionPolicy: Send + 'static {
-    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `SLRU`, `noop`).
+    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `SLRU`, `FLRU`, `noop`).
     fn name(&self) -> &'static str;
     /// Keys were written (or re-written), in request order. Their sizes are in the book.
     fn on_stored(&mut self, keys: &[ObjectKey]);
@@ -246,6 +247,7 @@ pub fn policy(name: PolicyName) -> Box<dyn EvictionPolicy> {
         PolicyName::Arc => Box::new(arc::Arc::default()),
         PolicyName::IsolatedLru => Box::new(isolated_lru::IsolatedLru::default()),
         PolicyName::Slru => Box::new(slru::Slru::default()),
+        PolicyName::Flru => Box::new(flru::Flru::default()),
         PolicyName::Noop => Box::new(noop::Noop),
     }
 }
