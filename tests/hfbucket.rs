@@ -615,7 +615,10 @@ async fn a_hub_outage_opens_the_breaker_and_recovery_closes_it() {
     let b = &status.adapters[0].details["circuit_breaker"];
     assert_eq!(b["state"], "open", "{b}");
     assert!(
-        b["last_failure"].as_str().unwrap_or_default().contains("503"),
+        b["last_failure"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("503"),
         "{b}"
     );
 

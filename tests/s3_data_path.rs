@@ -262,7 +262,11 @@ async fn no_such_bucket_on_get_is_an_error_not_a_miss() {
         // The next lookup is refused at once: no request.
         let found = tier.lookup_and_lock(vec![key(2)]).await.unwrap();
         assert!(!found.all());
-        assert_eq!(request_lines(&seen).len(), 0, "{path:?}: the breaker is open");
+        assert_eq!(
+            request_lines(&seen).len(),
+            0,
+            "{path:?}: the breaker is open"
+        );
         tier.shutdown();
     }
 }
@@ -348,7 +352,9 @@ async fn a_storm_of_503s_opens_the_breaker() {
             .store(vec![key(4)], vec![payload(4, 100)])
             .await
             .unwrap();
-        assert!(rep.adapters[0].1.failed[0].error.contains("circuit breaker open"));
+        assert!(rep.adapters[0].1.failed[0]
+            .error
+            .contains("circuit breaker open"));
         assert!(t.elapsed() < Duration::from_secs(5), "refused, not retried");
         assert_eq!(request_lines(&seen).len(), 0, "{path:?}: no request");
         tier.shutdown();
@@ -418,9 +424,16 @@ async fn timed_out_gets_and_heads_are_retried_once_puts_are_not() {
         .await
         .unwrap();
     assert_eq!(rep.adapters[0].1.failed.len(), 1, "{rep:?}");
-    assert!(rep.adapters[0].1.failed[0].error.contains("timeout"), "{rep:?}");
+    assert!(
+        rep.adapters[0].1.failed[0].error.contains("timeout"),
+        "{rep:?}"
+    );
     let lines = request_lines(&seen);
-    assert_eq!(lines.len(), 1, "a PUT is not retried after a timeout: {lines:?}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "a PUT is not retried after a timeout: {lines:?}"
+    );
     tier.shutdown();
 }
 
@@ -451,7 +464,8 @@ async fn a_skewed_clock_adopts_the_servers_time() {
                 .lines()
                 .find_map(|l| {
                     let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("x-amz-date").then(|| v.trim().to_owned())
+                    k.eq_ignore_ascii_case("x-amz-date")
+                        .then(|| v.trim().to_owned())
                 })
                 .expect("x-amz-date");
             // 20261201T050102Z
@@ -467,7 +481,9 @@ async fn a_skewed_clock_adopts_the_servers_time() {
             humantime::parse_rfc3339(&t).unwrap()
         };
         let diff = |a: std::time::SystemTime, b: std::time::SystemTime| {
-            a.duration_since(b).or_else(|_| b.duration_since(a)).unwrap()
+            a.duration_since(b)
+                .or_else(|_| b.duration_since(a))
+                .unwrap()
         };
         let first = signed_at(&heads[0]);
         let second = signed_at(&heads[1]);

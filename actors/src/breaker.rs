@@ -150,7 +150,12 @@ impl Breaker {
 
     /// Opens the breaker now.
     fn trip(&mut self, why: &str) {
-        tracing::warn!(adapter = self.adapter, failures = self.failures, reason = why, "circuit breaker open");
+        tracing::warn!(
+            adapter = self.adapter,
+            failures = self.failures,
+            reason = why,
+            "circuit breaker open"
+        );
         self.failures = self.failures.max(1);
         self.last_failure = Some(why.to_owned());
         self.state = State::Open {
@@ -240,7 +245,10 @@ mod tests {
         b.observe(&[err(ErrorKind::Server), err(ErrorKind::Throttled)]);
         assert_eq!(b.failures, 2);
         b.observe(&[err(ErrorKind::Permission)]);
-        assert_eq!(b.failures, 2, "an answer that is not a failure of the store");
+        assert_eq!(
+            b.failures, 2,
+            "an answer that is not a failure of the store"
+        );
         b.observe(&[err(ErrorKind::Timeout)]);
         assert_eq!(b.name(), "open");
     }

@@ -445,7 +445,10 @@ impl Direct {
                 None
             }
             Err(_) => {
-                tracing::warn!(op, "s3: credentials refused and their source did not answer");
+                tracing::warn!(
+                    op,
+                    "s3: credentials refused and their source did not answer"
+                );
                 None
             }
         }
@@ -526,7 +529,14 @@ impl Direct {
             let url = &url;
             async move {
                 let req = self
-                    .request("head", http::Method::HEAD, url, &[], None, identity.as_ref())
+                    .request(
+                        "head",
+                        http::Method::HEAD,
+                        url,
+                        &[],
+                        None,
+                        identity.as_ref(),
+                    )
                     .map_err(Failure::fatal)?;
                 let resp = self.send("head", req).await?;
                 match resp.status().as_u16() {
@@ -914,7 +924,12 @@ mod tests {
             let ours: http::Uri = d.url(object).parse().unwrap();
             let sdk = sdk_request(cfg, object);
             assert_eq!(ours, sdk, "{}", cfg.s3_endpoint);
-            assert_eq!(ours.authority(), sdk.authority(), "Host, {}", cfg.s3_endpoint);
+            assert_eq!(
+                ours.authority(),
+                sdk.authority(),
+                "Host, {}",
+                cfg.s3_endpoint
+            );
             let resolved = sdk_resolved(cfg);
             let ep = cfg.validate().unwrap();
             // Path style: the resolved URL ends in the bucket; virtual: its host starts with it.
@@ -932,9 +947,8 @@ mod tests {
     /// endpoint.
     #[test]
     fn s3_express_resolves_to_the_zonal_endpoint() {
-        let mut c = config(
-            "s3://my-bucket--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com",
-        );
+        let mut c =
+            config("s3://my-bucket--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com");
         c.s3_enable_s3express = true;
         assert!(direct(&c, static_creds()).is_err());
         let ep = c.validate().unwrap();

@@ -56,8 +56,8 @@ use crate::storage::{
     answer_known, status_kind, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage,
 };
 
-pub use crate::breaker::BREAKER_THRESHOLD;
 use crate::breaker::Breaker;
+pub use crate::breaker::BREAKER_THRESHOLD;
 /// Keys per `DeleteObjects` request (the S3 maximum).
 const DELETE_BATCH: usize = 1000;
 
@@ -562,7 +562,8 @@ async fn sdk_put(shared: &Shared, key: &ObjectKey, data: Bytes) -> Result<(), Ba
         req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
     }
     let res = send_put(req, shared.sign_payload).await;
-    res.map(|_| ()).map_err(|e| classify("put", &shared.bucket, e))
+    res.map(|_| ())
+        .map_err(|e| classify("put", &shared.bucket, e))
 }
 
 /// A HEAD through the SDK: the size of a present, non-empty object.
@@ -606,7 +607,10 @@ async fn list_page(
     if let Some(c) = cursor {
         req = req.start_after(format!("{}{}", shared.prefix, c));
     }
-    let resp = req.send().await.map_err(|e| classify("list", &shared.bucket, e))?;
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| classify("list", &shared.bucket, e))?;
     let mut out = Vec::new();
     let mut last = None;
     for obj in resp.contents() {
