@@ -21,7 +21,7 @@
 //! `NoSuchBucket` is an [`ErrorKind::BucketMissing`] error naming the bucket. A HEAD 404 has no
 //! body, so it is a miss only when a request found the bucket within `s3_bucket_check_secs`;
 //! otherwise one `HeadBucket` confirms the bucket first. What the request futures learn about
-//! the bucket they note in an atomic timestamp in [`Shared`].
+//! the bucket they note in an atomic timestamp that the storage shares with them.
 
 mod client;
 mod config;
