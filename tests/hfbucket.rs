@@ -601,15 +601,15 @@ async fn a_hub_outage_opens_the_breaker_and_recovery_closes_it() {
         .unwrap()
         .success());
 
+    // Three stores at once (each one batch request, which counts once): each fails after
+    // its retries, and the third failure opens the breaker.
     fx.hub.fail_next(u32::MAX, 503, None);
-    let rep = tier
-        .store(
-            vec![key(2), key(3), key(4)],
-            vec![payload(2, 64), payload(3, 64), payload(4, 64)],
-        )
-        .await
-        .unwrap();
-    assert_eq!(rep.adapters[0].1.failed.len(), 3, "{rep:?}");
+    let store = |i: u32| tier.store(vec![key(i)], vec![payload(i, 64)]);
+    let (a, b, c) = tokio::join!(store(2), store(3), store(4));
+    for rep in [a, b, c] {
+        let rep = rep.unwrap();
+        assert_eq!(rep.adapters[0].1.failed.len(), 1, "{rep:?}");
+    }
     let status = tier.status().await.unwrap();
     assert!(!status.adapters[0].is_healthy, "{status:?}");
     let b = &status.adapters[0].details["circuit_breaker"];

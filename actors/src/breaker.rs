@@ -148,6 +148,23 @@ impl Breaker {
         self.record(ok, failed, refused);
     }
 
+    /// Follows the per-item results of one request (a batch that succeeds or fails as a
+    /// whole): it counts once, by its best outcome (an answer, else a counted failure, else
+    /// whatever else it was).
+    pub fn observe_request<'a, T: 'a>(
+        &mut self,
+        results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
+    ) {
+        let rank = |r: &Result<T, BackendError>| match r {
+            Ok(_) => 0,
+            Err(e) if e.counts_against_store() => 1,
+            Err(_) => 2,
+        };
+        if let Some(best) = results.into_iter().min_by_key(|r| rank(r)) {
+            self.observe(std::iter::once(best));
+        }
+    }
+
     /// Opens the breaker now.
     fn trip(&mut self, why: &str) {
         tracing::warn!(
@@ -251,6 +268,19 @@ mod tests {
         );
         b.observe(&[err(ErrorKind::Timeout)]);
         assert_eq!(b.name(), "open");
+    }
+
+    /// One batch request whose every item failed counts once, not once per item.
+    #[test]
+    fn a_failed_batch_request_counts_once() {
+        let mut b = breaker(Duration::from_secs(60));
+        let failed: Vec<Result<(), _>> = (0..6)
+            .map(|_| Err(BackendError::new(ErrorKind::Server, "put", "x")))
+            .collect();
+        b.observe_request(&failed);
+        assert_eq!((b.name(), b.failures), ("closed", 1));
+        b.observe_request(&[Ok(()), failed[0].clone()]);
+        assert_eq!(b.failures, 0, "an item that landed: the store answered");
     }
 
     /// A missing bucket opens the breaker at once and is named in its status and refusals.

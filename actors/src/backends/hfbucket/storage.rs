@@ -468,7 +468,8 @@ impl Storage for HfStorage {
         );
         Io::pending_then(job, |s: &mut HfStorage, (results, learnt)| {
             s.learn(learnt);
-            s.breaker.observe(&results);
+            // One batch: it counts once toward the breaker, not once per key.
+            s.breaker.observe_request(&results);
             results
         })
     }
@@ -697,7 +698,7 @@ impl Storage for HfStorage {
             move |e| vec![Err(e); n],
         );
         Io::pending_then(job, move |s: &mut HfStorage, results| {
-            s.breaker.observe(&results);
+            s.breaker.observe_request(&results);
             let gone = paths
                 .iter()
                 .zip(&results)
