@@ -190,21 +190,26 @@ impl DirectPath {
     }
 
     /// Takes a refresh's result: fresh credentials for the signer, or a time to try again.
+    /// Credentials that themselves expire within [`REFRESH_AHEAD`] (a source handing out
+    /// short-lived ones) are refreshed again only after [`REFRESH_RETRY`], not at every request.
     fn apply(&mut self, res: Refreshed) {
-        {
-            match res {
-                Ok(creds) => {
-                    self.expiry = creds.expiry();
-                    self.direct = Arc::new(self.direct.with_credentials(creds));
-                    self.refreshes += 1;
-                    self.retry_at = None;
-                    tracing::debug!("s3: direct data path has fresh credentials");
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "s3: refreshing credentials failed; will retry");
-                    self.refresh_failures += 1;
-                    self.retry_at = Some(Instant::now() + self.refresh_retry);
-                }
+        match res {
+            Ok(creds) => {
+                self.expiry = creds.expiry();
+                self.direct = Arc::new(self.direct.with_credentials(creds));
+                self.refreshes += 1;
+                let short = self.expiry.is_some_and(|t| {
+                    t.duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO)
+                        <= REFRESH_AHEAD
+                });
+                self.retry_at = short.then(|| Instant::now() + self.refresh_retry);
+                tracing::debug!("s3: direct data path has fresh credentials");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "s3: refreshing credentials failed; will retry");
+                self.refresh_failures += 1;
+                self.retry_at = Some(Instant::now() + self.refresh_retry);
             }
         }
     }
@@ -1079,6 +1084,30 @@ mod tests {
                 assert_eq!(st.details()["direct_credentials"]["refreshes"], 1);
             });
         }
+    }
+
+    /// A source that only ever hands out credentials within [`REFRESH_AHEAD`] of expiry is
+    /// asked again after [`REFRESH_RETRY`], not at every request.
+    #[test]
+    fn short_lived_credentials_are_not_refreshed_at_every_request() {
+        block_on(async {
+            let (port, seen) = recording_server();
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage(
+                port,
+                Rotating {
+                    calls: calls.clone(),
+                    answers: vec![("akidshort", Duration::from_secs(120))],
+                },
+            )
+            .await;
+            for i in 0..30 {
+                put_one(&mut st, i).await.unwrap();
+                seen.recv().unwrap();
+            }
+            let n = calls.load(Ordering::SeqCst);
+            assert!(n <= 3, "the source was asked {n} times for 30 requests");
+        });
     }
 
     /// A credential source that panics on its second call, never answers its third, and
