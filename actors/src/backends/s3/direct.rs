@@ -525,28 +525,8 @@ impl Direct {
     /// The object's size (`None` when absent or empty, as the SDK path's lookup).
     pub async fn head(&self, object: &str) -> Result<Option<u64>, BackendError> {
         let url = self.url(object);
-        self.retrying("head", true, |identity| {
-            let url = &url;
-            async move {
-                let req = self
-                    .request(
-                        "head",
-                        http::Method::HEAD,
-                        url,
-                        &[],
-                        None,
-                        identity.as_ref(),
-                    )
-                    .map_err(Failure::fatal)?;
-                let resp = self.send("head", req).await?;
-                match resp.status().as_u16() {
-                    200..=299 => Ok(content_length(&resp).filter(|l| *l > 0)),
-                    404 => Ok(None),
-                    _ => Err(self.status_failure("head", resp).await),
-                }
-            }
-        })
-        .await
+        let (status, len) = self.head_url("head", &url, &[404]).await?;
+        Ok(len.filter(|l| *l > 0 && status != 404))
     }
 
     /// Whether the bucket exists (`HeadBucket`): a HEAD 404 has no body to say whether the
@@ -555,25 +535,28 @@ impl Direct {
     /// objects then tell the rest).
     pub async fn bucket_exists(&self) -> Result<bool, BackendError> {
         let url = format!("{}{}/", self.base, self.bucket_path);
-        self.retrying("head bucket", true, |identity| {
-            let url = &url;
-            async move {
-                let req = self
-                    .request(
-                        "head bucket",
-                        http::Method::HEAD,
-                        url,
-                        &[],
-                        None,
-                        identity.as_ref(),
-                    )
-                    .map_err(Failure::fatal)?;
-                let resp = self.send("head bucket", req).await?;
-                match resp.status().as_u16() {
-                    200..=299 | 403 => Ok(true),
-                    404 => Ok(false),
-                    _ => Err(self.status_failure("head bucket", resp).await),
-                }
+        let (status, _) = self.head_url("head bucket", &url, &[403, 404]).await?;
+        Ok(status != 404)
+    }
+
+    /// A HEAD of `url` under the retry policy: its status (2xx or one of `answers`) and
+    /// declared length; any other status is a failure.
+    async fn head_url(
+        &self,
+        op: &'static str,
+        url: &str,
+        answers: &[u16],
+    ) -> Result<(u16, Option<u64>), BackendError> {
+        self.retrying(op, true, |identity| async move {
+            let req = self
+                .request(op, http::Method::HEAD, url, &[], None, identity.as_ref())
+                .map_err(Failure::fatal)?;
+            let resp = self.send(op, req).await?;
+            let status = resp.status().as_u16();
+            if resp.status().is_success() || answers.contains(&status) {
+                Ok((status, content_length(&resp)))
+            } else {
+                Err(self.status_failure(op, resp).await)
             }
         })
         .await
