@@ -161,11 +161,24 @@ pub(crate) fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runt
         .build()
 }
 
+/// `op` with `config` as its config override, when given.
+pub(crate) fn with_config<T, E, B>(
+    op: aws_sdk_s3::client::customize::CustomizableOperation<T, E, B>,
+    config: Option<aws_sdk_s3::config::Builder>,
+) -> aws_sdk_s3::client::customize::CustomizableOperation<T, E, B> {
+    match config {
+        Some(c) => op.config_override(c),
+        None => op,
+    }
+}
+
 /// Sends a PUT, hashing and signing its payload only when `sign_payload` (see
-/// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`.
+/// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`; with `config`
+/// as its config override, when given.
 pub(crate) async fn send_put(
     req: aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder,
     sign_payload: bool,
+    config: Option<aws_sdk_s3::config::Builder>,
 ) -> Result<
     aws_sdk_s3::operation::put_object::PutObjectOutput,
     aws_sdk_s3::error::SdkError<
@@ -173,10 +186,11 @@ pub(crate) async fn send_put(
         aws_sdk_s3::config::http::HttpResponse,
     >,
 > {
+    let op = with_config(req.customize(), config);
     if sign_payload {
-        req.send().await
+        op.send().await
     } else {
-        req.customize().disable_payload_signing().send().await
+        op.disable_payload_signing().send().await
     }
 }
 

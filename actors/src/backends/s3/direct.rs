@@ -72,7 +72,7 @@ const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
 const ERROR_BODY_MAX: usize = 8 * 1024;
 
 /// Error codes that mean the credentials must be fetched again.
-const CREDENTIAL_CODES: [&str; 4] = [
+pub(crate) const CREDENTIAL_CODES: [&str; 4] = [
     "ExpiredToken",
     "InvalidAccessKeyId",
     "InvalidToken",

@@ -35,6 +35,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::provider::SharedCredentialsProvider;
 
+use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
@@ -42,7 +43,7 @@ use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 
-use client::{build_clients, current_credentials, io_runtime, send_put};
+use client::{build_clients, current_credentials, io_runtime, send_put, with_config};
 pub use client::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{
     AddressingStyle, ChecksumMode, DataPath, PayloadSigning, ResolvedEndpoint, S3Config,
@@ -64,6 +65,8 @@ const DELETE_BATCH: usize = 1000;
 /// What request futures share (immutable, plus the in-flight bound).
 struct Shared {
     client: aws_sdk_s3::Client,
+    /// The SDK client's credential source (asked again when the store refuses credentials).
+    credentials: SharedCredentialsProvider,
     bucket: String,
     prefix: String,
     format: NameFormat,
@@ -235,6 +238,32 @@ impl Shared {
         s
     }
 
+    /// Sends an SDK request built by `send` (given a config override, or none); when the
+    /// store refuses its credentials (`ExpiredToken`, `InvalidAccessKeyId`, …), once more with
+    /// credentials fetched again from their source, through a config override: the SDK's
+    /// identity cache cannot be told to drop the ones it holds.
+    async fn sdk_send<T, E, F, Fut>(&self, send: F) -> Result<T, SdkError<E, HttpResponse>>
+    where
+        F: Fn(Option<aws_sdk_s3::config::Builder>) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata,
+    {
+        let first = send(None).await;
+        let refused = matches!(&first, Err(e)
+            if e.code().is_some_and(|c| direct::CREDENTIAL_CODES.contains(&c)));
+        if !refused {
+            return first;
+        }
+        match tokio::time::timeout(REFRESH_DEADLINE, current_credentials(&self.credentials)).await {
+            Ok(Ok(creds)) => {
+                tracing::info!("s3: credentials refused; retrying with fresh ones");
+                let fresh = aws_sdk_s3::config::Builder::new().credentials_provider(creds);
+                send(Some(fresh)).await
+            }
+            _ => first,
+        }
+    }
+
     /// Notes that the bucket exists (a request on it succeeded).
     fn bucket_exists_now(&self) {
         let ms = self.opened.elapsed().as_millis() as u64 + 1;
@@ -380,11 +409,12 @@ impl S3Storage {
         let runtime = io_runtime(cfg).map_err(|e| BackendError::io("open", e))?;
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
-        let (client, direct) = handle
+        let (client, source, direct) = handle
             .spawn(async move {
                 let clients = build_clients(&c, &ep, resolve_to, credentials).await?;
                 let client = clients.sdk;
                 let provider = clients.credentials;
+                let source = provider.clone();
                 let direct = match c.s3_data_path {
                     DataPath::Sdk => Err("s3_data_path is \"sdk\"".to_owned()),
                     DataPath::Direct => match current_credentials(&provider).await {
@@ -397,7 +427,7 @@ impl S3Storage {
                         Err(e) => Err(format!("no credentials at start ({e})")),
                     },
                 };
-                Ok::<_, BackendError>((client, direct))
+                Ok::<_, BackendError>((client, source, direct))
             })
             .await
             .map_err(|e| BackendError::io("open", e))??;
@@ -405,6 +435,7 @@ impl S3Storage {
         Ok(Self {
             shared: Arc::new(Shared {
                 client,
+                credentials: source,
                 bucket: endpoint.bucket.clone(),
                 prefix: cfg.key_prefix(),
                 format,
@@ -500,15 +531,20 @@ async fn get_one(
     if let Some(direct) = direct {
         return direct.get(&shared.object_key(&key), buf).await;
     }
-    let mut req = shared
-        .client
-        .get_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(&key));
-    if shared.get_crc32c {
-        req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
-    }
-    let resp = req.send().await;
+    let object = shared.object_key(&key);
+    let resp = shared
+        .sdk_send(|config| {
+            let mut req = shared
+                .client
+                .get_object()
+                .bucket(&shared.bucket)
+                .key(&object);
+            if shared.get_crc32c {
+                req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
+            }
+            with_config(req.customize(), config).send()
+        })
+        .await;
     let resp = match resp {
         Ok(r) => r,
         Err(e) => {
@@ -555,30 +591,39 @@ async fn get_one(
 /// A PUT through the SDK.
 async fn sdk_put(shared: &Shared, key: &ObjectKey, data: Bytes) -> Result<(), BackendError> {
     let len = data.len() as i64;
-    let mut req = shared
-        .client
-        .put_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(key))
-        .content_type("application/octet-stream")
-        .content_length(len)
-        .body(ByteStream::from(data));
-    if shared.put_crc32c {
-        req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
-    }
-    let res = send_put(req, shared.sign_payload).await;
+    let object = shared.object_key(key);
+    let res = shared
+        .sdk_send(|config| {
+            let mut req = shared
+                .client
+                .put_object()
+                .bucket(&shared.bucket)
+                .key(&object)
+                .content_type("application/octet-stream")
+                .content_length(len)
+                .body(ByteStream::from(data.clone()));
+            if shared.put_crc32c {
+                req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
+            }
+            send_put(req, shared.sign_payload, config)
+        })
+        .await;
     res.map(|_| ())
         .map_err(|e| classify("put", &shared.bucket, e))
 }
 
 /// A HEAD through the SDK: the size of a present, non-empty object.
 async fn sdk_head(shared: &Shared, key: &ObjectKey) -> Result<Option<u64>, BackendError> {
+    let object = shared.object_key(key);
     let res = shared
-        .client
-        .head_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(key))
-        .send()
+        .sdk_send(|config| {
+            let req = shared
+                .client
+                .head_object()
+                .bucket(&shared.bucket)
+                .key(&object);
+            with_config(req.customize(), config).send()
+        })
         .await;
     match res {
         Ok(r) => Ok(r.content_length().filter(|l| *l > 0).map(|l| l as u64)),
@@ -974,13 +1019,22 @@ mod tests {
     }
 
     async fn storage(port: u16, provider: impl ProvideCredentials + 'static) -> S3Storage {
-        let cfg = S3Config::for_endpoint(
+        storage_on(port, provider, DataPath::Direct).await
+    }
+
+    async fn storage_on(
+        port: u16,
+        provider: impl ProvideCredentials + 'static,
+        path: DataPath,
+    ) -> S3Storage {
+        let mut cfg = S3Config::for_endpoint(
             &format!("http://127.0.0.1:{port}"),
             "scripted",
             "garage",
             "unused",
             "unused",
         );
+        cfg.s3_data_path = path;
         let provider = SharedCredentialsProvider::new(provider);
         S3Storage::open_with(&cfg, NameFormat::default(), 0, None, Some(provider))
             .await
@@ -1107,6 +1161,38 @@ mod tests {
             }
             let n = calls.load(Ordering::SeqCst);
             assert!(n <= 3, "the source was asked {n} times for 30 requests");
+        });
+    }
+
+    /// On the SDK path too, a request whose credentials are refused is retried once with
+    /// credentials fetched again from the source (through a config override: the SDK's
+    /// identity cache keeps the ones it holds).
+    #[test]
+    fn refused_credentials_on_the_sdk_path_are_fetched_again() {
+        block_on(async {
+            let body = "<Error><Code>ExpiredToken</Code><Message>expired</Message></Error>";
+            let refused = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let (port, seen) = recording_server_answering(vec![refused]);
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage_on(
+                port,
+                Rotating {
+                    calls: calls.clone(),
+                    answers: vec![
+                        ("akidold", Duration::from_secs(3600)),
+                        ("akidnew", Duration::from_secs(3600)),
+                    ],
+                },
+                DataPath::Sdk,
+            )
+            .await;
+            put_one(&mut st, 0).await.unwrap();
+            assert_eq!(seen.recv().unwrap(), ("akidold".into(), true));
+            assert_eq!(seen.recv().unwrap(), ("akidnew".into(), true));
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
         });
     }
 
