@@ -581,3 +581,78 @@ async fn hub_faults_leave_exact_accounting() {
     tier.unlock(stored);
     tier.shutdown();
 }
+
+/// The Hub goes down (every request answered 503, past the retries): the half-open breaker
+/// (the one the `s3` adapter uses) opens, status turns unhealthy, and requests fail fast
+/// without reaching the Hub. When the Hub answers again, the probe after the cooldown closes
+/// the breaker and requests succeed.
+#[actix_rt::test]
+async fn a_hub_outage_opens_the_breaker_and_recovery_closes_it() {
+    let fx = Hf::new();
+    let mut c = fx.config(&fx.run);
+    c.circuit_breaker_cooldown_secs = 0.5;
+    c.metadata_cache_ttl_secs = 0.0;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap()
+        .success());
+
+    // Three stores at once (each one batch request, which counts once): each fails after
+    // its retries, and the third failure opens the breaker.
+    fx.hub.fail_next(u32::MAX, 503, None);
+    let store = |i: u32| tier.store(vec![key(i)], vec![payload(i, 64)]);
+    let (a, b, c) = tokio::join!(store(2), store(3), store(4));
+    for rep in [a, b, c] {
+        let rep = rep.unwrap();
+        assert_eq!(rep.adapters[0].1.failed.len(), 1, "{rep:?}");
+    }
+    let status = tier.status().await.unwrap();
+    assert!(!status.adapters[0].is_healthy, "{status:?}");
+    let b = &status.adapters[0].details["circuit_breaker"];
+    assert_eq!(b["state"], "open", "{b}");
+    assert!(
+        b["last_failure"]
+            .as_str()
+            .unwrap_or_default()
+            .contains("503"),
+        "{b}"
+    );
+
+    // Open: refused at once, nothing reaches the Hub.
+    fx.hub.reset_requests();
+    let found = tier.lookup_and_lock(vec![key(1)]).await.unwrap();
+    assert!(!found.all());
+    let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
+    assert!(!loaded.hits.all());
+    assert_eq!(fx.hub.total_requests(), 0, "the breaker sent nothing");
+
+    // The Hub returns: after the cooldown the probe closes the breaker.
+    fx.hub.clear_faults();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let found = tier.lookup_and_lock(vec![key(1)]).await.unwrap();
+        if found.all() {
+            tier.unlock(vec![key(1)]);
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the breaker never closed"
+        );
+        // Polling the breaker's state (bounded by the deadline), not waiting for an outcome.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let status = tier.status().await.unwrap();
+    assert!(status.adapters[0].is_healthy, "{status:?}");
+    assert_eq!(
+        status.adapters[0].details["circuit_breaker"]["times_opened"],
+        1
+    );
+    let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
+    assert!(loaded.hits.all());
+    tier.shutdown();
+}

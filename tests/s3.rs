@@ -699,3 +699,71 @@ async fn both_data_paths_read_each_others_objects() {
         sdk.shutdown();
     }
 }
+
+/// Against Garage, on both data paths: a bucket deleted under a running tier, and a bucket
+/// that never existed, are errors for the adapter (breaker open, status unhealthy, the bucket
+/// named), never misses. The HEAD 404 of a lookup is confirmed with `HeadBucket`
+/// (`s3_bucket_check_secs = 0`: on every HEAD 404); the GET of a load reads `NoSuchBucket`.
+#[actix_rt::test]
+async fn a_missing_bucket_is_an_error_not_a_miss() {
+    for fx in [S3::new(), S3::sdk()] {
+        const GONE: &str = "kvtier-gone";
+        fx.garage.create_bucket(GONE);
+        let mut c = fx.config();
+        c.s3_bucket = Some(GONE.into());
+        c.s3_bucket_check_secs = 0.0;
+        let adapter = |c: S3Config| {
+            let mut built = AdapterConfig::default();
+            built.spec = AdapterSpec::S3(c);
+            built
+        };
+        let tier = Tier::start(&tier_config(vec![adapter(c.clone())]))
+            .await
+            .unwrap();
+        assert!(tier
+            .store(vec![key(1)], vec![payload(1, 100)])
+            .await
+            .unwrap()
+            .success());
+        // A HEAD 404 on an existing bucket is a miss.
+        assert!(!tier.lookup_and_lock(vec![key(2)]).await.unwrap().all());
+        assert!(tier.status().await.unwrap().is_healthy());
+        // The bucket goes away.
+        let client = fx.plain_client().await;
+        let listed = client.list_objects_v2().bucket(GONE).send().await.unwrap();
+        for o in listed.contents() {
+            client
+                .delete_object()
+                .bucket(GONE)
+                .key(o.key().unwrap())
+                .send()
+                .await
+                .unwrap();
+        }
+        client.delete_bucket().bucket(GONE).send().await.unwrap();
+        assert!(!tier.lookup_and_lock(vec![key(3)]).await.unwrap().all());
+        let status = tier.status().await.unwrap();
+        assert!(!status.is_healthy(), "{:?}: {status:?}", fx.data_path);
+        let why = status.adapters[0].details["circuit_breaker"]["last_failure"].to_string();
+        assert!(
+            why.contains("bucket \\\"kvtier-gone\\\" does not exist"),
+            "{why}"
+        );
+        tier.shutdown();
+
+        // A load from a bucket that never existed.
+        c.s3_bucket = Some("kvtier-never-was".into());
+        let tier = Tier::start(&tier_config(vec![adapter(c)])).await.unwrap();
+        let got = tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
+        assert!(!got.hits.all());
+        let status = tier.status().await.unwrap();
+        assert!(!status.is_healthy(), "{:?}: {status:?}", fx.data_path);
+        let why = status.adapters[0].details["circuit_breaker"]["last_failure"].to_string();
+        assert!(
+            why.contains("bucket \\\"kvtier-never-was\\\" does not exist"),
+            "{:?}: {why}",
+            fx.data_path
+        );
+        tier.shutdown();
+    }
+}

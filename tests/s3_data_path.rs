@@ -1,6 +1,8 @@
 //! The `s3` adapter's request handling against scripted HTTP servers (no Garage): which
-//! failures are retried, what a failure's message says, and that a GET whose body stalls
-//! mid-stream ends within the attempt timeout. Each retry test runs on both data paths.
+//! failures are retried, what a failure's message says, that a GET whose body stalls
+//! mid-stream ends within the attempt timeout, that every failure is the right kind of failure
+//! (a missing bucket is an error, never a miss; a storm of 503s opens the breaker; a skewed
+//! clock is corrected). Each test runs on both data paths where the behaviour applies to both.
 
 mod support;
 
@@ -22,7 +24,7 @@ struct Reply {
 }
 
 /// Serves one connection per reply in `replies`, reading each request head and body first;
-/// sends each request line on the channel.
+/// sends each request head (request line first) on the channel.
 fn scripted(replies: Vec<Reply>) -> (u16, mpsc::Receiver<String>) {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -44,7 +46,7 @@ fn scripted(replies: Vec<Reply>) -> (u16, mpsc::Receiver<String>) {
                 .unwrap_or(0);
             let mut body = vec![0u8; length];
             let _ = c.read_exact(&mut body);
-            let _ = tx.send(head.lines().next().unwrap_or("").to_owned());
+            let _ = tx.send(head);
             let _ = c.write_all(&reply.bytes);
             if reply.hold {
                 held.push(c);
@@ -201,4 +203,298 @@ async fn a_get_body_that_stalls_mid_stream_ends_within_the_attempt_timeout() {
         "{status:?}"
     );
     tier.shutdown();
+}
+
+fn reply(head: &str, body: &str) -> Reply {
+    Reply {
+        bytes: format!(
+            "HTTP/1.1 {head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+        .into_bytes(),
+        hold: false,
+    }
+}
+
+/// A HEAD answered 404 (no body, as S3 sends it).
+fn head_404() -> Reply {
+    Reply {
+        bytes: b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".to_vec(),
+        hold: false,
+    }
+}
+
+fn request_lines(seen: &mpsc::Receiver<String>) -> Vec<String> {
+    seen.try_iter()
+        .map(|h| h.lines().next().unwrap_or("").to_owned())
+        .collect()
+}
+
+async fn breaker(tier: &Tier) -> serde_json::Value {
+    let status = tier.status().await.unwrap();
+    status.adapters[0].details["circuit_breaker"].clone()
+}
+
+/// A GET answered 404 `NoSuchBucket` (bucket deleted or misnamed) is an error for the adapter,
+/// never a miss: the breaker opens at once, status is unhealthy, the message names the bucket,
+/// and the next requests are refused without reaching the store.
+#[actix_rt::test]
+async fn no_such_bucket_on_get_is_an_error_not_a_miss() {
+    for path in [DataPath::Direct, DataPath::Sdk] {
+        let (port, seen) = scripted(vec![status(
+            404,
+            "NoSuchBucket",
+            "The specified bucket does not exist",
+        )]);
+        let tier = tier(port, path, None).await;
+        let got = tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
+        assert!(!got.hits.all(), "{path:?}");
+        let status = tier.status().await.unwrap();
+        assert!(!status.adapters[0].is_healthy, "{path:?}: {status:?}");
+        let b = &status.adapters[0].details["circuit_breaker"];
+        assert_eq!(b["state"], "open", "{path:?}: {b}");
+        let why = b["last_failure"].as_str().unwrap_or_default();
+        assert!(
+            why.contains("bucket \"scripted\" does not exist"),
+            "{path:?}: {why}"
+        );
+        assert_eq!(request_lines(&seen).len(), 1, "{path:?}: not retried");
+        // The next lookup is refused at once: no request.
+        let found = tier.lookup_and_lock(vec![key(2)]).await.unwrap();
+        assert!(!found.all());
+        assert_eq!(
+            request_lines(&seen).len(),
+            0,
+            "{path:?}: the breaker is open"
+        );
+        tier.shutdown();
+    }
+}
+
+/// A HEAD 404 has no body: the adapter asks whether the bucket exists (`HeadBucket`) before it
+/// calls the 404 a miss. A missing bucket is then an error; an existing one makes the 404 a
+/// miss, and later 404s within `s3_bucket_check_secs` are misses without asking again.
+#[actix_rt::test]
+async fn a_head_404_is_a_miss_only_on_an_existing_bucket() {
+    for path in [DataPath::Direct, DataPath::Sdk] {
+        // The bucket is gone.
+        let (port, seen) = scripted(vec![head_404(), head_404()]);
+        let gone = tier(port, path, None).await;
+        let found = gone.lookup_and_lock(vec![key(1)]).await.unwrap();
+        assert!(!found.all());
+        let lines = request_lines(&seen);
+        assert_eq!(lines.len(), 2, "{path:?}: {lines:?}");
+        assert!(lines[0].starts_with("HEAD /scripted/"), "{lines:?}");
+        assert!(lines[1].starts_with("HEAD /scripted"), "{lines:?}");
+        assert!(!lines[1].starts_with("HEAD /scripted/test"), "{lines:?}");
+        let b = breaker(&gone).await;
+        assert_eq!(b["state"], "open", "{path:?}: {b}");
+        assert!(
+            b["last_failure"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("bucket \"scripted\" does not exist"),
+            "{path:?}: {b}"
+        );
+        gone.shutdown();
+
+        // The bucket exists: a miss, checked once.
+        let (port, seen) = scripted(vec![head_404(), ok(), head_404(), head_404()]);
+        let there = tier(port, path, None).await;
+        for i in 0..2 {
+            let found = there.lookup_and_lock(vec![key(i)]).await.unwrap();
+            assert!(!found.all());
+        }
+        assert_eq!(request_lines(&seen).len(), 3, "{path:?}: one bucket check");
+        let status = there.status().await.unwrap();
+        assert!(status.adapters[0].is_healthy, "{path:?}: {status:?}");
+        assert_eq!(
+            status.adapters[0].details["circuit_breaker"]["consecutive_failures"],
+            0
+        );
+        there.shutdown();
+    }
+}
+
+/// A storm of 503 SlowDown that outlasts the retries counts toward the breaker: a batch of 3
+/// keys that fail after their retries opens it, and the next requests are refused without a
+/// request instead of each paying the full retry ladder.
+#[actix_rt::test]
+async fn a_storm_of_503s_opens_the_breaker() {
+    for path in [DataPath::Direct, DataPath::Sdk] {
+        let slow_down = || status(503, "SlowDown", "Please reduce your request rate.");
+        let (port, seen) = scripted((0..9).map(|_| slow_down()).collect());
+        let tier = tier(port, path, None).await;
+        let rep = tier
+            .store(
+                vec![key(1), key(2), key(3)],
+                vec![payload(1, 100), payload(2, 100), payload(3, 100)],
+            )
+            .await
+            .unwrap();
+        assert_eq!(rep.adapters[0].1.failed.len(), 3, "{path:?}: {rep:?}");
+        assert_eq!(
+            request_lines(&seen).len(),
+            9,
+            "{path:?}: 3 attempts per key"
+        );
+        let b = breaker(&tier).await;
+        assert_eq!(b["state"], "open", "{path:?}: {b}");
+        assert!(
+            b["last_failure"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("SlowDown"),
+            "{b}"
+        );
+        let t = Instant::now();
+        let rep = tier
+            .store(vec![key(4)], vec![payload(4, 100)])
+            .await
+            .unwrap();
+        assert!(rep.adapters[0].1.failed[0]
+            .error
+            .contains("circuit breaker open"));
+        assert!(t.elapsed() < Duration::from_secs(5), "refused, not retried");
+        assert_eq!(request_lines(&seen).len(), 0, "{path:?}: no request");
+        tier.shutdown();
+    }
+}
+
+/// A 429 with `Retry-After: 2` is retried after 2 s (the backoff alone would wait at most
+/// 1 s before the first retry). Direct path (the SDK's standard strategy has its own rules).
+#[actix_rt::test]
+async fn retry_after_is_honoured() {
+    let throttled = reply(
+        "429 Too Many Requests\r\nRetry-After: 2\r\nContent-Type: application/xml",
+        "<Error><Code>SlowDown</Code></Error>",
+    );
+    let (port, seen) = scripted(vec![throttled, ok()]);
+    let tier = tier(port, DataPath::Direct, None).await;
+    let t = Instant::now();
+    let rep = tier
+        .store(vec![key(1)], vec![payload(1, 100)])
+        .await
+        .unwrap();
+    let took = t.elapsed();
+    assert!(rep.adapters[0].1.failed.is_empty(), "{rep:?}");
+    assert_eq!(request_lines(&seen).len(), 2);
+    assert!(took >= Duration::from_secs(2), "retried after {took:?}");
+    tier.shutdown();
+}
+
+/// A GET or HEAD that times out is retried once (idempotent); a PUT that times out is not
+/// (it may still be landing, and its body would be sent again to a store that does not
+/// answer).
+#[actix_rt::test]
+async fn timed_out_gets_and_heads_are_retried_once_puts_are_not() {
+    let frozen = || Reply {
+        bytes: Vec::new(),
+        hold: true,
+    };
+    let mut body = b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n".to_vec();
+    body.extend_from_slice(&[7u8; 100]);
+    let sized = Reply {
+        bytes: b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nConnection: close\r\n\r\n".to_vec(),
+        hold: false,
+    };
+    let (port, seen) = scripted(vec![
+        frozen(),
+        Reply {
+            bytes: body,
+            hold: false,
+        },
+        frozen(),
+        sized,
+        frozen(),
+    ]);
+    let tier = tier(port, DataPath::Direct, Some(0.5)).await;
+    let got = tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
+    assert!(got.hits.all(), "the retry after the timeout loaded it");
+    let lines = request_lines(&seen);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    assert!(lines.iter().all(|l| l.starts_with("GET ")), "{lines:?}");
+    let found = tier.lookup_and_lock(vec![key(1)]).await.unwrap();
+    assert!(found.all(), "the retry after the timeout found it");
+    tier.unlock(vec![key(1)]);
+    let lines = request_lines(&seen);
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let rep = tier
+        .store(vec![key(2)], vec![payload(2, 100)])
+        .await
+        .unwrap();
+    assert_eq!(rep.adapters[0].1.failed.len(), 1, "{rep:?}");
+    assert!(
+        rep.adapters[0].1.failed[0].error.contains("timeout"),
+        "{rep:?}"
+    );
+    let lines = request_lines(&seen);
+    assert_eq!(
+        lines.len(),
+        1,
+        "a PUT is not retried after a timeout: {lines:?}"
+    );
+    tier.shutdown();
+}
+
+/// `RequestTimeTooSkewed`: the request is signed again with the server's clock (from its
+/// `Date` header) and retried; on both paths.
+#[actix_rt::test]
+async fn a_skewed_clock_adopts_the_servers_time() {
+    for path in [DataPath::Direct, DataPath::Sdk] {
+        let server_time = std::time::SystemTime::now() + Duration::from_secs(3600);
+        let skewed = reply(
+            &format!(
+                "403 Forbidden\r\nDate: {}\r\nContent-Type: application/xml",
+                httpdate::fmt_http_date(server_time)
+            ),
+            "<Error><Code>RequestTimeTooSkewed</Code><Message>The difference between the request time and the current time is too large.</Message></Error>",
+        );
+        let (port, seen) = scripted(vec![skewed, ok()]);
+        let tier = tier(port, path, None).await;
+        let rep = tier
+            .store(vec![key(1)], vec![payload(1, 100)])
+            .await
+            .unwrap();
+        assert!(rep.adapters[0].1.failed.is_empty(), "{path:?}: {rep:?}");
+        let heads: Vec<String> = seen.try_iter().collect();
+        assert_eq!(heads.len(), 2, "{path:?}");
+        let signed_at = |head: &str| {
+            let v = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("x-amz-date")
+                        .then(|| v.trim().to_owned())
+                })
+                .expect("x-amz-date");
+            // 20261201T050102Z
+            let t = format!(
+                "{}-{}-{}T{}:{}:{}Z",
+                &v[0..4],
+                &v[4..6],
+                &v[6..8],
+                &v[9..11],
+                &v[11..13],
+                &v[13..15]
+            );
+            humantime::parse_rfc3339(&t).unwrap()
+        };
+        let diff = |a: std::time::SystemTime, b: std::time::SystemTime| {
+            a.duration_since(b)
+                .or_else(|_| b.duration_since(a))
+                .unwrap()
+        };
+        let first = signed_at(&heads[0]);
+        let second = signed_at(&heads[1]);
+        assert!(
+            diff(first, std::time::SystemTime::now()) < Duration::from_secs(120),
+            "{path:?}"
+        );
+        assert!(
+            diff(second, server_time) < Duration::from_secs(120),
+            "{path:?}: the retry signs with the server's clock"
+        );
+        tier.shutdown();
+    }
 }

@@ -18,6 +18,7 @@
 
 pub mod backend;
 pub mod backends;
+pub mod breaker;
 pub mod buffer;
 pub mod config;
 pub mod controller;
@@ -25,6 +26,7 @@ pub mod eviction;
 pub mod key;
 pub mod messages;
 pub mod metrics;
+pub mod retry;
 pub mod storage;
 pub mod task_results;
 pub mod worker_pool;

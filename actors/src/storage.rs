@@ -148,8 +148,15 @@ pub enum ErrorKind {
     NotFound,
     /// Credentials were refused or lack a permission.
     Permission,
-    /// The store asked us to slow down (429, 503 SlowDown).
+    /// The store asked us to slow down (429, 503 SlowDown); counts toward a breaker once the
+    /// retries are spent.
     Throttled,
+    /// The store answered with a server error (5xx other than 503) after the retries; counts
+    /// toward a breaker.
+    Server,
+    /// The bucket itself is missing (S3 `NoSuchBucket`, a deleted or misnamed bucket): no
+    /// request can succeed, so a breaker opens at once.
+    BucketMissing,
     /// The store could not be reached (refused, reset, DNS, TLS); counts toward a breaker.
     Connection,
     /// An attempt ran out of time.
@@ -173,6 +180,8 @@ impl ErrorKind {
             ErrorKind::NotFound => "not_found",
             ErrorKind::Permission => "permission",
             ErrorKind::Throttled => "throttled",
+            ErrorKind::Server => "server",
+            ErrorKind::BucketMissing => "bucket_missing",
             ErrorKind::Connection => "connection",
             ErrorKind::Timeout => "timeout",
             ErrorKind::Corrupt => "corrupt",
@@ -260,6 +269,20 @@ impl BackendError {
         Self::new(ErrorKind::Worker, op, message)
     }
 
+    /// Whether this failure says something about the store's health, for a circuit breaker:
+    /// the store could not be reached, did not answer in time, or kept answering 5xx or
+    /// throttling after the retries (see [`crate::breaker`]).
+    pub fn counts_against_store(&self) -> bool {
+        matches!(
+            self.kind,
+            ErrorKind::Connection
+                | ErrorKind::Timeout
+                | ErrorKind::Throttled
+                | ErrorKind::Server
+                | ErrorKind::BucketMissing
+        )
+    }
+
     /// The kind.
     pub fn kind(&self) -> ErrorKind {
         self.kind
@@ -321,6 +344,19 @@ impl std::error::Error for BackendError {
         self.source
             .as_deref()
             .map(|e| e as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// The kind of failure an HTTP status stands for (S3 and the Hub alike).
+pub fn status_kind(status: u16) -> ErrorKind {
+    match status {
+        401 | 403 => ErrorKind::Permission,
+        404 => ErrorKind::NotFound,
+        408 => ErrorKind::Timeout,
+        429 | 503 => ErrorKind::Throttled,
+        400..=499 => ErrorKind::Invalid,
+        500..=599 => ErrorKind::Server,
+        _ => ErrorKind::Other,
     }
 }
 

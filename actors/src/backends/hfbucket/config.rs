@@ -44,6 +44,11 @@ pub struct HfBucketConfig {
     /// `max_capacity_gb > 0`.
     #[serde(default)]
     pub rebuild_index_on_start: Option<bool>,
+    /// Seconds an open circuit breaker waits before letting a probe through to the Hub
+    /// (default 5, as the `s3` adapter's). The breaker opens after 3 consecutive requests
+    /// that could not reach the Hub, timed out, or kept getting 5xx or 429 after the retries.
+    #[serde(default = "default_cooldown")]
+    pub circuit_breaker_cooldown_secs: f64,
 }
 
 fn default_token_env() -> String {
@@ -54,6 +59,9 @@ fn default_ttl() -> f64 {
 }
 fn default_workers() -> usize {
     4
+}
+fn default_cooldown() -> f64 {
+    5.0
 }
 
 /// Why a bucket handle was rejected. The handle is quoted (trimmed, at most 200 characters).
@@ -169,6 +177,7 @@ impl HfBucketConfig {
             num_workers: default_workers(),
             hf_endpoint: None,
             rebuild_index_on_start: None,
+            circuit_breaker_cooldown_secs: default_cooldown(),
         }
     }
 
@@ -181,6 +190,13 @@ impl HfBucketConfig {
             return Err(FieldError::new(
                 "metadata_cache_ttl_secs",
                 format!("must be a finite number >= 0, got {t}"),
+            ));
+        }
+        let c = self.circuit_breaker_cooldown_secs;
+        if !(c.is_finite() && c >= 0.0) {
+            return Err(FieldError::new(
+                "circuit_breaker_cooldown_secs",
+                format!("must be a finite number >= 0, got {c}"),
             ));
         }
         if !(1..=1024).contains(&self.num_workers) {
@@ -332,6 +348,12 @@ mod tests {
         c.metadata_cache_ttl_secs = -1.0;
         assert_eq!(c.validate().unwrap_err().field, "metadata_cache_ttl_secs");
         c.metadata_cache_ttl_secs = 0.0;
+        c.circuit_breaker_cooldown_secs = f64::NAN;
+        assert_eq!(
+            c.validate().unwrap_err().field,
+            "circuit_breaker_cooldown_secs"
+        );
+        c.circuit_breaker_cooldown_secs = 0.5;
         assert!(c.validate().is_ok());
         let c = HfBucketConfig::new("hf://buckets/o");
         assert_eq!(c.validate().unwrap_err().field, "bucket_handle");

@@ -1,11 +1,18 @@
 //! A blocking client for the Hugging Face Hub's bucket routes, on `ureq`. Every call runs on
-//! the adapter's worker pool, never on an arbiter. Requests answered 408, 429 or 5xx are
-//! retried with backoff, honouring `Retry-After`.
+//! the adapter's worker pool, never on an arbiter. Retries follow kvtier's one retry policy
+//! ([`crate::retry`], [`RetryPolicy::HUB`], shared with the S3 direct data path): connection
+//! failures and answers 408, 429 and 5xx are retried with jittered backoff or after the Hub's
+//! `Retry-After` (capped); a timed-out request is retried once (every Hub route kvtier uses
+//! is idempotent: reads, `addFile` of the same hash, `deleteFile`, create with 409 on
+//! existing). A failure after the retries keeps the kind of its last attempt (connection,
+//! timeout, throttled, server), which the adapter's circuit breaker counts.
 
 use std::collections::HashMap;
 use std::io::Read;
 use std::thread::sleep;
 use std::time::Duration;
+
+use crate::retry::{parse_retry_after, Attempts, Outcome, RetryPolicy};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -13,14 +20,14 @@ use serde_json::{json, Value};
 use super::config::BucketHandle;
 use crate::config::Secret;
 use crate::key::hf_encode;
-use crate::storage::{BackendError, Fetched};
+use crate::storage::{status_kind, BackendError, ErrorKind, Fetched};
 
 /// Most paths per `paths-info` request and lines per `batch` request.
 pub const MAX_PER_REQUEST: usize = 1000;
 /// Attempts for a request answered 408, 429 or 5xx, or that failed to connect.
-pub const MAX_ATTEMPTS: u32 = 5;
+pub const MAX_ATTEMPTS: u32 = RetryPolicy::HUB.max_attempts;
 /// Longest wait between attempts, whatever `Retry-After` says.
-pub const MAX_BACKOFF: Duration = Duration::from_secs(10);
+pub const MAX_BACKOFF: Duration = RetryPolicy::HUB.max_retry_after;
 
 /// One entry of a listing or `paths-info` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -93,9 +100,24 @@ fn connection(op: &'static str, e: impl std::fmt::Display) -> BackendError {
     BackendError::connection(op, e.to_string())
 }
 
+/// A transport failure: timed out, or no connection.
+fn transport(op: &'static str, e: &ureq::Error) -> (Outcome, BackendError) {
+    match e {
+        ureq::Error::Timeout(_) => (
+            Outcome::TimedOut,
+            BackendError::new(ErrorKind::Timeout, op, e.to_string()),
+        ),
+        _ => (Outcome::Connection, connection(op, e)),
+    }
+}
+
 fn status_error(op: &'static str, status: u16, body: &str) -> BackendError {
     let body: String = body.chars().take(300).collect();
-    BackendError::io(op, format!("the Hub answered {status}: {body}"))
+    BackendError::new(
+        status_kind(status),
+        op,
+        format!("the Hub answered {status}: {body}"),
+    )
 }
 
 impl HubClient {
@@ -130,52 +152,40 @@ impl HubClient {
         format!("{}/api/buckets/{}{tail}", self.endpoint, self.handle.id())
     }
 
-    /// Sends a request built by `make`, retrying 408/429/5xx and connection failures.
+    /// Sends a request built by `make`, retrying under [`RetryPolicy::HUB`].
     fn call(
         &self,
         op: &'static str,
         make: impl Fn(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
-        let mut attempt = 0;
+        let mut attempts = Attempts::new(RetryPolicy::HUB, true);
         loop {
-            attempt += 1;
             self.metrics.hub_request(op);
-            let res = make(&self.agent);
-            let retry_after = match &res {
-                Ok(r) => {
+            let (outcome, retry_after, error) = match make(&self.agent) {
+                Ok(r) if !crate::retry::retryable_status(r.status().as_u16()) => return Ok(r),
+                Ok(mut r) => {
                     let s = r.status().as_u16();
-                    if !(s == 408 || s == 429 || s >= 500) {
-                        return res.map_err(|e| connection(op, e));
-                    }
-                    r.headers()
+                    let retry_after = r
+                        .headers()
                         .get("retry-after")
                         .and_then(|v| v.to_str().ok())
-                        .and_then(|v| v.trim().parse::<f64>().ok())
-                        .map(Duration::from_secs_f64)
+                        .and_then(parse_retry_after);
+                    let body = r.body_mut().read_to_string().unwrap_or_default();
+                    (Outcome::Status(s), retry_after, status_error(op, s, &body))
                 }
-                Err(_) => None,
+                Err(e) => {
+                    let (outcome, error) = transport(op, &e);
+                    (outcome, None, error)
+                }
             };
-            if attempt >= MAX_ATTEMPTS {
-                return match res {
-                    Ok(mut r) => {
-                        let s = r.status().as_u16();
-                        let body = r.body_mut().read_to_string().unwrap_or_default();
-                        Err(status_error(op, s, &body))
-                    }
-                    Err(e) => Err(connection(op, e)),
-                };
-            }
-            self.metrics.retry(match &res {
-                Ok(r) if r.status().as_u16() == 429 => "throttled",
-                Ok(r) if r.status().as_u16() == 408 => "timeout",
-                Ok(_) => "server_error",
-                Err(_) => "connection",
-            });
-            let backoff = Duration::from_millis(100 * (1 << attempt.min(6)));
-            let wait = retry_after.unwrap_or(backoff).min(MAX_BACKOFF);
+            let Some(wait) = attempts.next(outcome, retry_after) else {
+                return Err(error);
+            };
+            self.metrics.retry(outcome.label());
             tracing::debug!(
                 op,
-                attempt,
+                attempt = attempts.number() - 1,
+                error = %error,
                 wait_ms = wait.as_millis() as u64,
                 "retrying Hub request"
             );

@@ -5,6 +5,11 @@
 //! touch that state; they return what they learnt (hashes of stored files, `paths-info`
 //! answers, a newly opened reader, which path served each load) with their results, and the
 //! storage takes it in its completion step ([`Io::then`]), on the actor's thread.
+//!
+//! A half-open circuit breaker ([`crate::breaker`], the one the `s3` adapter uses) guards the
+//! Hub: every operation asks it first, and its results are shown to it when they are in. While
+//! it is not closed, lookups skip the metadata cache (a cached hit would lock a key whose load
+//! cannot succeed).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -19,6 +24,7 @@ use super::config::HfBucketConfig;
 use super::hub::{FileMeta, HubClient, MAX_PER_REQUEST};
 use super::xet::{self, XetReader};
 use crate::backends::memory::page_of;
+use crate::breaker::Breaker;
 use crate::buffer::LoadBuf;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
@@ -258,6 +264,8 @@ pub struct HfStorage {
     xet_fallbacks: u64,
     /// Metadata cache results as metrics (off until attached).
     metrics: crate::metrics::AdapterMetrics,
+    /// Fails requests fast while the Hub is unreachable.
+    breaker: Breaker,
 }
 
 /// One entry of the metadata cache.
@@ -324,7 +332,19 @@ impl HfStorage {
             loads_resolve: 0,
             xet_fallbacks: 0,
             metrics: crate::metrics::AdapterMetrics::off(),
+            breaker: Breaker::new(
+                "hfbucket",
+                Duration::from_secs_f64(cfg.circuit_breaker_cooldown_secs),
+            ),
         })
+    }
+
+    /// `n` refusals when the breaker turns the operation away.
+    fn refused<T>(&mut self, n: usize) -> Option<Vec<Result<T, BackendError>>> {
+        self.breaker
+            .admit()
+            .err()
+            .map(|e| (0..n).map(|_| Err(e.clone())).collect())
     }
 
     /// Caches `size` for `path`, with `xet_hash` when given; otherwise a hash already known
@@ -437,6 +457,9 @@ impl Storage for HfStorage {
 
     fn put(&mut self, items: Vec<(ObjectKey, Bytes)>) -> Io<Vec<Result<(), BackendError>>> {
         let n = items.len();
+        if let Some(refused) = self.refused(n) {
+            return Io::ready(refused);
+        }
         let ensure = self.create_if_missing && !self.bucket_ready;
         let job = self.job(
             "put",
@@ -445,6 +468,8 @@ impl Storage for HfStorage {
         );
         Io::pending_then(job, |s: &mut HfStorage, (results, learnt)| {
             s.learn(learnt);
+            // One batch: it counts once toward the breaker, not once per key.
+            s.breaker.observe_request(&results);
             results
         })
     }
@@ -456,11 +481,16 @@ impl Storage for HfStorage {
         keys: &[ObjectKey],
         _known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
+        let trust_cache = self.breaker.is_closed();
+        if let Some(refused) = self.refused(keys.len()) {
+            return Io::ready(refused);
+        }
         let mut out: Vec<Option<Result<Option<u64>, BackendError>>> = vec![None; keys.len()];
         let mut ask = Vec::new();
         for (i, k) in keys.iter().enumerate() {
             let path = self.ctx.path(k);
-            match self.fresh(&path).map(|k| k.size) {
+            let cached = trust_cache.then(|| self.fresh(&path)).flatten();
+            match cached.map(|k| k.size) {
                 Some(size) => {
                     self.cache_hits += 1;
                     self.metrics.metadata_cache(true);
@@ -495,6 +525,7 @@ impl Storage for HfStorage {
             if let Ok(meta) = &found {
                 s.learn(vec![Learnt::Meta(meta.clone())]);
             }
+            s.breaker.observe(std::iter::once(&found));
             for (n, (i, _)) in ask.into_iter().enumerate() {
                 out[i] = Some(match &found {
                     Ok(m) => Ok(m[n].1.as_ref().map(|m| m.size)),
@@ -506,6 +537,9 @@ impl Storage for HfStorage {
     }
 
     fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>> {
+        if let Some(refused) = self.refused(items.len()) {
+            return Io::ready(refused);
+        }
         let mut work: Vec<(String, Plan, LoadBuf)> = Vec::with_capacity(items.len());
         for (key, buf) in items {
             let path = self.ctx.path(&key);
@@ -613,6 +647,7 @@ impl Storage for HfStorage {
         };
         Io::pending_then(fut, move |s: &mut HfStorage, (results, learnt)| {
             s.learn(learnt);
+            s.breaker.observe(&results);
             let absent = paths
                 .iter()
                 .zip(&results)
@@ -625,6 +660,9 @@ impl Storage for HfStorage {
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
         let n = keys.len();
+        if let Some(refused) = self.refused(n) {
+            return Io::ready(refused);
+        }
         let paths: Vec<String> = keys.iter().map(|k| self.ctx.path(k)).collect();
         let batch_paths = paths.clone();
         let job = self.job(
@@ -660,6 +698,7 @@ impl Storage for HfStorage {
             move |e| vec![Err(e); n],
         );
         Io::pending_then(job, move |s: &mut HfStorage, results| {
+            s.breaker.observe_request(&results);
             let gone = paths
                 .iter()
                 .zip(&results)
@@ -676,7 +715,10 @@ impl Storage for HfStorage {
         cursor: Option<String>,
         limit: usize,
     ) -> Io<Result<KeyPage, BackendError>> {
-        Io::pending(self.job(
+        if let Some(mut refused) = self.refused(1) {
+            return Io::ready(refused.remove(0));
+        }
+        let job = self.job(
             "list",
             move |ctx| {
                 let entries = ctx
@@ -694,7 +736,11 @@ impl Storage for HfStorage {
                 Ok(page_of(entries, cursor.as_deref(), limit))
             },
             Err,
-        ))
+        );
+        Io::pending_then(job, |s: &mut HfStorage, page| {
+            s.breaker.observe(std::iter::once(&page));
+            page
+        })
     }
 
     fn recover(&mut self) -> Option<Io<Result<Vec<Recovered>, BackendError>>> {
@@ -735,6 +781,7 @@ impl Storage for HfStorage {
                 "sweeps": self.cache_sweeps,
             },
             "bucket_ready": self.bucket_ready,
+            "circuit_breaker": self.breaker.status(),
             "loads": {
                 "xet": self.loads_xet,
                 "resolve": self.loads_resolve,
@@ -755,7 +802,12 @@ impl Storage for HfStorage {
             // client's routes stay uncounted.
             None => tracing::debug!("hfbucket: Hub client shared; its requests are not counted"),
         }
+        self.breaker.attach_metrics(metrics.clone());
         self.metrics = metrics;
+    }
+
+    fn is_healthy(&self) -> bool {
+        self.breaker.is_closed()
     }
 }
 

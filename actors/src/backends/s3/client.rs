@@ -20,8 +20,10 @@ use crate::storage::BackendError;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest a single request attempt may take, unless `s3_attempt_timeout_secs` says otherwise.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
-/// Attempts per request (the SDK's standard retry: 5xx, 503 SlowDown, throttling, with backoff).
-pub const MAX_ATTEMPTS: u32 = 3;
+/// Attempts per request: the SDK's standard retry strategy (5xx, 503 SlowDown, throttling,
+/// with backoff) gets the same number as kvtier's own policy for the direct path
+/// ([`crate::retry::RetryPolicy::S3`]).
+pub const MAX_ATTEMPTS: u32 = crate::retry::RetryPolicy::S3.max_attempts;
 
 /// What [`build_clients`] returns.
 pub(crate) struct Clients {
@@ -159,11 +161,24 @@ pub(crate) fn io_runtime(cfg: &S3Config) -> std::io::Result<tokio::runtime::Runt
         .build()
 }
 
+/// `op` with `config` as its config override, when given.
+pub(crate) fn with_config<T, E, B>(
+    op: aws_sdk_s3::client::customize::CustomizableOperation<T, E, B>,
+    config: Option<aws_sdk_s3::config::Builder>,
+) -> aws_sdk_s3::client::customize::CustomizableOperation<T, E, B> {
+    match config {
+        Some(c) => op.config_override(c),
+        None => op,
+    }
+}
+
 /// Sends a PUT, hashing and signing its payload only when `sign_payload` (see
-/// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`.
+/// [`PayloadSigning`](super::PayloadSigning)); otherwise as `UNSIGNED-PAYLOAD`; with `config`
+/// as its config override, when given.
 pub(crate) async fn send_put(
     req: aws_sdk_s3::operation::put_object::builders::PutObjectFluentBuilder,
     sign_payload: bool,
+    config: Option<aws_sdk_s3::config::Builder>,
 ) -> Result<
     aws_sdk_s3::operation::put_object::PutObjectOutput,
     aws_sdk_s3::error::SdkError<
@@ -171,10 +186,11 @@ pub(crate) async fn send_put(
         aws_sdk_s3::config::http::HttpResponse,
     >,
 > {
+    let op = with_config(req.customize(), config);
     if sign_payload {
-        req.send().await
+        op.send().await
     } else {
-        req.customize().disable_payload_signing().send().await
+        op.disable_payload_signing().send().await
     }
 }
 

@@ -135,6 +135,12 @@ pub struct S3Config {
     /// [`DataPath`].
     #[serde(default)]
     pub s3_data_path: DataPath,
+    /// A HEAD answered 404 has no body to tell a missing object from a missing bucket: it is a
+    /// miss without further question for this many seconds after a request last found the
+    /// bucket; after that, one `HeadBucket` confirms the bucket first (default 30; 0 confirms
+    /// on every HEAD 404).
+    #[serde(default = "default_bucket_check")]
+    pub s3_bucket_check_secs: f64,
 }
 
 fn default_io_threads() -> usize {
@@ -145,6 +151,9 @@ fn default_true() -> bool {
 }
 fn default_cooldown() -> f64 {
     5.0
+}
+fn default_bucket_check() -> f64 {
+    30.0
 }
 
 /// Where requests go, derived from `s3_endpoint`, `s3_bucket` and the TLS/addressing fields.
@@ -188,6 +197,7 @@ impl S3Config {
             s3_checksum: ChecksumMode::None,
             s3_attempt_timeout_secs: None,
             s3_data_path: DataPath::Direct,
+            s3_bucket_check_secs: default_bucket_check(),
         }
     }
 
@@ -247,6 +257,13 @@ impl S3Config {
             return Err(FieldError::new(
                 "circuit_breaker_cooldown_secs",
                 format!("must be a finite number >= 0, got {c}"),
+            ));
+        }
+        let b = self.s3_bucket_check_secs;
+        if !(b.is_finite() && (0.0..=86_400.0).contains(&b)) {
+            return Err(FieldError::new(
+                "s3_bucket_check_secs",
+                format!("must be a number of seconds in [0, 86400], got {b}"),
             ));
         }
         if let Some(t) = self.s3_attempt_timeout_secs {
@@ -456,6 +473,13 @@ mod tests {
         c.s3_attempt_timeout_secs = Some(0.0);
         assert_eq!(c.validate().unwrap_err().field, "s3_attempt_timeout_secs");
         c.s3_attempt_timeout_secs = Some(2.5);
+        assert!(c.validate().is_ok());
+        let mut c = cfg("s3://bucket");
+        c.s3_bucket_check_secs = -1.0;
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.field, "s3_bucket_check_secs");
+        assert!(e.to_string().contains("got -1"), "{e}");
+        c.s3_bucket_check_secs = 0.0;
         assert!(c.validate().is_ok());
         let mut c = cfg("s3://bucket");
         c.s3_key_prefix = Some("/".into());

@@ -12,9 +12,19 @@
 //! - SigV4 over the method, the percent-encoded object URL, `host`, `x-amz-date`,
 //!   `x-amz-content-sha256` (the payload's SHA-256, or `UNSIGNED-PAYLOAD`) and the other headers
 //!   sent; the session token when the credentials carry one;
-//! - up to [`MAX_ATTEMPTS`] attempts, each bounded by the attempt timeout, with the SDK
-//!   standard strategy's exponential backoff and full jitter, retrying connection failures,
-//!   5xx and 429 (including 503 SlowDown); other statuses fail at once;
+//! - attempts under [`RetryPolicy::S3`] (kvtier's one retry policy, [`crate::retry`], which the
+//!   Hub client shares): up to 3, each bounded by the attempt timeout, exponential backoff with
+//!   full jitter or the server's `Retry-After` (capped), retrying connection failures, 5xx,
+//!   408 and 429 (including 503 SlowDown); a timed-out GET or HEAD is retried once, a
+//!   timed-out PUT is not; other statuses fail at once;
+//! - `RequestTimeTooSkewed`: the signer adopts the server's clock offset (from its `Date`
+//!   header; kept for later requests) and the request is signed again and retried at once;
+//! - `ExpiredToken`, `InvalidAccessKeyId`, `InvalidToken`, `TokenRefreshRequired`: the
+//!   credentials are fetched again from their source and the request retried once with them;
+//!   the storage adopts the fresh credentials for later requests;
+//! - a 404 whose code is `NoSuchBucket` is an [`ErrorKind::BucketMissing`] error, never a
+//!   miss (a HEAD 404 has no body: the storage confirms the bucket, see
+//!   [`Direct::bucket_exists`]);
 //! - a GET's body is read inside its attempt, straight into the caller's buffer, so a body that
 //!   stalls or breaks off mid-stream times out or is retried like any other failure;
 //! - with `s3_checksum = "crc32c"`, PUTs send `x-amz-checksum-crc32c` (which the store checks)
@@ -22,7 +32,11 @@
 //!   send it too.
 
 use std::ops::ControlFlow;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+
+use aws_credential_types::provider::SharedCredentialsProvider;
 
 use aws_credential_types::Credentials;
 use aws_sdk_s3::error::DisplayErrorContext;
@@ -38,10 +52,11 @@ use bytes::Bytes;
 use http_body_util::BodyExt;
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 
-use super::client::{ATTEMPT_TIMEOUT, MAX_ATTEMPTS};
+use super::client::{current_credentials, ATTEMPT_TIMEOUT};
 use super::config::{ResolvedEndpoint, S3Config};
 use super::http::HyperClient;
-use crate::storage::{BackendError, ErrorKind, Fetched};
+use crate::retry::{parse_retry_after, Attempts, Outcome, RetryPolicy};
+use crate::storage::{status_kind, BackendError, ErrorKind, Fetched};
 
 /// Bytes an object name keeps as they are in the URL path: RFC 3986 unreserved plus `/`, as the
 /// SDK encodes S3 keys. Everything else is percent-encoded (once: the canonical request uses
@@ -53,17 +68,72 @@ const KEY_ENCODE: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'~')
     .remove(b'/');
 
-/// First retry waits up to this long (times 2 for every further attempt; full jitter), as the
-/// SDK's standard retry strategy.
-const INITIAL_BACKOFF: Duration = Duration::from_secs(1);
-
 /// Most of an error body read to find its S3 `<Code>` and `<Message>`.
 const ERROR_BODY_MAX: usize = 8 * 1024;
 
-/// One attempt's failure: retried or final.
-enum Failure {
-    Retry(BackendError),
-    Final(BackendError),
+/// Error codes that mean the credentials must be fetched again.
+pub(crate) const CREDENTIAL_CODES: [&str; 4] = [
+    "ExpiredToken",
+    "InvalidAccessKeyId",
+    "InvalidToken",
+    "TokenRefreshRequired",
+];
+
+/// One attempt's failure, and what the retry policy needs to know about it.
+struct Failure {
+    error: BackendError,
+    /// How the attempt failed; `None`: final whatever the policy (the request could not even
+    /// be built).
+    outcome: Option<Outcome>,
+    /// The server's `Retry-After`.
+    retry_after: Option<Duration>,
+    /// Something to fix before one immediate retry.
+    fix: Option<Fix>,
+}
+
+/// A correctable failure.
+enum Fix {
+    /// The server's clock is this many milliseconds ahead of ours (negative: behind).
+    ClockSkew(i64),
+    /// The credentials were refused as expired or unknown: fetch them again.
+    Credentials,
+}
+
+impl Failure {
+    fn fatal(error: BackendError) -> Self {
+        Self {
+            error,
+            outcome: None,
+            retry_after: None,
+            fix: None,
+        }
+    }
+
+    fn connection(error: BackendError) -> Self {
+        Self {
+            outcome: Some(Outcome::Connection),
+            ..Self::fatal(error)
+        }
+    }
+}
+
+/// Where fresh credentials come from when a request finds its own refused, and where they go
+/// (the storage adopts what arrives on the channel at its next request).
+#[derive(Clone)]
+pub struct Refresher {
+    /// The credential source.
+    pub provider: SharedCredentialsProvider,
+    /// To the storage.
+    pub fresh: flume::Sender<Credentials>,
+}
+
+/// One request's retry state.
+struct RequestState {
+    attempts: Attempts,
+    /// Credentials fetched for this request after the first were refused.
+    identity: Option<Identity>,
+    skew_fixed: bool,
+    credentials_fixed: bool,
 }
 
 /// The direct path's fixed parts, shared by every request. Its credentials are fixed too: the
@@ -77,7 +147,14 @@ pub struct Direct {
     /// `/bucket` for path-style addressing, empty for virtual-hosted.
     bucket_path: String,
     region: String,
+    /// The bucket (for error messages and the bucket check).
+    bucket: String,
     identity: Identity,
+    /// Server clock minus ours, in milliseconds, as learnt from a `RequestTimeTooSkewed`
+    /// answer; shared by every copy of this path (refreshed signers included).
+    clock_offset: Arc<AtomicI64>,
+    /// Where to get fresh credentials when a request finds its own refused.
+    refresher: Option<Refresher>,
     sign_payload: bool,
     /// PUTs send `x-amz-checksum-crc32c`.
     put_crc32c: bool,
@@ -166,7 +243,10 @@ impl Direct {
             base,
             bucket_path,
             region: cfg.s3_region.clone(),
+            bucket: ep.bucket.clone(),
             identity: credentials.into(),
+            clock_offset: Arc::new(AtomicI64::new(0)),
+            refresher: None,
             sign_payload: cfg.signs_payload(ep),
             put_crc32c: cfg.put_crc32c(ep),
             get_crc32c: cfg.get_crc32c(),
@@ -182,6 +262,32 @@ impl Direct {
         Self {
             metrics,
             ..self.clone()
+        }
+    }
+
+    /// The same path, fetching fresh credentials through `refresher` when a request finds its
+    /// own refused.
+    pub fn with_refresher(&self, refresher: Refresher) -> Self {
+        Self {
+            refresher: Some(refresher),
+            ..self.clone()
+        }
+    }
+
+    /// The clock offset adopted from the server (milliseconds; positive: the server is ahead).
+    pub fn clock_offset_ms(&self) -> i64 {
+        self.clock_offset.load(Ordering::Relaxed)
+    }
+
+    /// The time to sign with: ours, corrected by the server's clock offset.
+    fn signing_time(&self) -> SystemTime {
+        let offset = self.clock_offset_ms();
+        let now = SystemTime::now();
+        if offset >= 0 {
+            now + Duration::from_millis(offset as u64)
+        } else {
+            now.checked_sub(Duration::from_millis(offset.unsigned_abs()))
+                .unwrap_or(now)
         }
     }
 
@@ -213,6 +319,7 @@ impl Direct {
         url: &str,
         headers: &[(&'static str, String)],
         payload: Option<&Bytes>,
+        identity: Option<&Identity>,
     ) -> Result<http::Request<SdkBody>, BackendError> {
         let invalid =
             |e: &dyn std::fmt::Display| BackendError::io(op, format!("signing the request: {e}"));
@@ -221,10 +328,10 @@ impl Direct {
         settings.uri_path_normalization_mode = UriPathNormalizationMode::Disabled;
         settings.payload_checksum_kind = PayloadChecksumKind::XAmzSha256;
         let params = v4::SigningParams::builder()
-            .identity(&self.identity)
+            .identity(identity.unwrap_or(&self.identity))
             .region(&self.region)
             .name("s3")
-            .time(SystemTime::now())
+            .time(self.signing_time())
             .settings(settings)
             .build()
             .map_err(|e| invalid(&e))?
@@ -255,57 +362,116 @@ impl Direct {
         Ok(req)
     }
 
-    /// Settles attempt `n` (1-based) of `op`: `Break` with the result to return, or
-    /// `Continue` after the backoff when it should be tried again (a retryable failure with
-    /// attempts left). An attempt that timed out is not retried: a store that accepts
-    /// connections but never answers would only triple the wait before the breaker hears of it.
+    /// A request's retry state; `idempotent` requests are retried once after a timeout.
+    fn state(&self, idempotent: bool) -> RequestState {
+        RequestState {
+            attempts: Attempts::new(RetryPolicy::S3, idempotent),
+            identity: None,
+            skew_fixed: false,
+            credentials_fixed: false,
+        }
+    }
+
+    /// Settles one attempt of `op`: `Break` with the result to return, or `Continue` (after
+    /// the wait the retry policy asks for, or a fix) when it should be tried again.
     async fn settle<T>(
         &self,
         op: &'static str,
-        n: u32,
+        st: &mut RequestState,
         outcome: Result<Result<T, Failure>, tokio::time::error::Elapsed>,
     ) -> ControlFlow<Result<T, BackendError>> {
-        let err = match outcome {
+        let failure = match outcome {
             Ok(Ok(v)) => return ControlFlow::Break(Ok(v)),
-            Ok(Err(Failure::Final(e))) => return ControlFlow::Break(Err(e)),
-            Ok(Err(Failure::Retry(e))) => e,
-            Err(_) => {
-                return ControlFlow::Break(Err(BackendError::new(
+            Ok(Err(f)) => f,
+            Err(_) => Failure {
+                outcome: Some(Outcome::TimedOut),
+                ..Failure::fatal(BackendError::new(
                     ErrorKind::Timeout,
                     op,
                     format!(
                         "no complete answer within the attempt timeout ({:.1}s)",
                         self.attempt_timeout.as_secs_f64()
                     ),
-                )))
-            }
+                ))
+            },
         };
-        if n >= MAX_ATTEMPTS {
-            return ControlFlow::Break(Err(err));
+        match failure.fix {
+            Some(Fix::ClockSkew(offset)) if !st.skew_fixed => {
+                st.skew_fixed = true;
+                self.clock_offset.store(offset, Ordering::Relaxed);
+                self.metrics.retry("clock_skew");
+                tracing::warn!(
+                    op,
+                    offset_ms = offset,
+                    "s3: the server's clock differs from ours; signing with its time"
+                );
+                return ControlFlow::Continue(());
+            }
+            Some(Fix::Credentials) if !st.credentials_fixed => {
+                st.credentials_fixed = true;
+                if let Some(identity) = self.fresh_identity(op).await {
+                    st.identity = Some(identity);
+                    self.metrics.retry("credentials");
+                    return ControlFlow::Continue(());
+                }
+            }
+            _ => {}
         }
-        let wait = backoff(n);
-        self.metrics.retry(err.kind().as_str());
-        tracing::debug!(op, attempt = n, error = %err, wait_ms = wait.as_millis() as u64, "s3: retrying");
+        let wait = failure
+            .outcome
+            .and_then(|o| st.attempts.next(o, failure.retry_after).map(|w| (o, w)));
+        let Some((outcome, wait)) = wait else {
+            return ControlFlow::Break(Err(failure.error));
+        };
+        self.metrics.retry(outcome.label());
+        tracing::debug!(op, attempt = st.attempts.number() - 1, error = %failure.error, wait_ms = wait.as_millis() as u64, "s3: retrying");
         tokio::time::sleep(wait).await;
         ControlFlow::Continue(())
+    }
+
+    /// Credentials fetched again from their source (after a request found its own refused),
+    /// also handed to the storage for later requests; `None` when there is no source or it
+    /// failed or did not answer within the attempt timeout.
+    async fn fresh_identity(&self, op: &'static str) -> Option<Identity> {
+        let r = self.refresher.as_ref()?;
+        match tokio::time::timeout(self.attempt_timeout, current_credentials(&r.provider)).await {
+            Ok(Ok(creds)) => {
+                tracing::info!(op, "s3: credentials refused; fetched fresh ones");
+                let _ = r.fresh.send(creds.clone());
+                Some(creds.into())
+            }
+            Ok(Err(e)) => {
+                tracing::warn!(op, error = %e, "s3: credentials refused and fetching fresh ones failed");
+                None
+            }
+            Err(_) => {
+                tracing::warn!(
+                    op,
+                    "s3: credentials refused and their source did not answer"
+                );
+                None
+            }
+        }
     }
 
     /// Runs `attempt` until [`Direct::settle`] says it is done.
     async fn retrying<T, Fut>(
         &self,
         op: &'static str,
-        attempt: impl Fn() -> Fut,
+        idempotent: bool,
+        attempt: impl Fn(Option<Identity>) -> Fut,
     ) -> Result<T, BackendError>
     where
         Fut: std::future::Future<Output = Result<T, Failure>>,
     {
-        for n in 1.. {
-            let outcome = tokio::time::timeout(self.attempt_timeout, attempt()).await;
-            if let ControlFlow::Break(r) = self.settle(op, n, outcome).await {
+        let mut st = self.state(idempotent);
+        loop {
+            let outcome =
+                tokio::time::timeout(self.attempt_timeout, attempt(st.identity.clone())).await;
+            if let ControlFlow::Break(r) = self.settle(op, &mut st, outcome).await {
                 return r;
             }
         }
-        unreachable!("settle ends the loop by MAX_ATTEMPTS")
     }
 
     /// Sends one request; transport failures are retried connection errors.
@@ -315,7 +481,7 @@ impl Direct {
         req: http::Request<SdkBody>,
     ) -> Result<http::Response<hyper::body::Incoming>, Failure> {
         self.client.request(req).await.map_err(|e| {
-            Failure::Retry(BackendError::connection(
+            Failure::connection(BackendError::connection(
                 op,
                 DisplayErrorContext(&e).to_string(),
             ))
@@ -332,15 +498,25 @@ impl Direct {
         if self.put_crc32c {
             headers.push(("x-amz-checksum-crc32c", crc32c_header(&data)));
         }
-        self.retrying("put", || async {
-            let req = self
-                .request("put", http::Method::PUT, &url, &headers, Some(&data))
-                .map_err(Failure::Final)?;
-            let resp = self.send("put", req).await?;
-            if resp.status().is_success() {
-                Ok(())
-            } else {
-                Err(status_failure("put", resp).await)
+        self.retrying("put", false, |identity| {
+            let (url, headers, data) = (&url, &headers, &data);
+            async move {
+                let req = self
+                    .request(
+                        "put",
+                        http::Method::PUT,
+                        url,
+                        headers,
+                        Some(data),
+                        identity.as_ref(),
+                    )
+                    .map_err(Failure::fatal)?;
+                let resp = self.send("put", req).await?;
+                if resp.status().is_success() {
+                    Ok(())
+                } else {
+                    Err(self.status_failure("put", resp).await)
+                }
             }
         })
         .await
@@ -349,15 +525,38 @@ impl Direct {
     /// The object's size (`None` when absent or empty, as the SDK path's lookup).
     pub async fn head(&self, object: &str) -> Result<Option<u64>, BackendError> {
         let url = self.url(object);
-        self.retrying("head", || async {
+        let (status, len) = self.head_url("head", &url, &[404]).await?;
+        Ok(len.filter(|l| *l > 0 && status != 404))
+    }
+
+    /// Whether the bucket exists (`HeadBucket`): a HEAD 404 has no body to say whether the
+    /// object or the bucket is missing, so the storage asks this before it calls such a 404 a
+    /// miss. A 403 counts as existing (the credentials may lack `s3:ListBucket`; requests on
+    /// objects then tell the rest).
+    pub async fn bucket_exists(&self) -> Result<bool, BackendError> {
+        let url = format!("{}{}/", self.base, self.bucket_path);
+        let (status, _) = self.head_url("head bucket", &url, &[403, 404]).await?;
+        Ok(status != 404)
+    }
+
+    /// A HEAD of `url` under the retry policy: its status (2xx or one of `answers`) and
+    /// declared length; any other status is a failure.
+    async fn head_url(
+        &self,
+        op: &'static str,
+        url: &str,
+        answers: &[u16],
+    ) -> Result<(u16, Option<u64>), BackendError> {
+        self.retrying(op, true, |identity| async move {
             let req = self
-                .request("head", http::Method::HEAD, &url, &[], None)
-                .map_err(Failure::Final)?;
-            let resp = self.send("head", req).await?;
-            match resp.status().as_u16() {
-                200..=299 => Ok(content_length(&resp).filter(|l| *l > 0)),
-                404 => Ok(None),
-                _ => Err(status_failure("head", resp).await),
+                .request(op, http::Method::HEAD, url, &[], None, identity.as_ref())
+                .map_err(Failure::fatal)?;
+            let resp = self.send(op, req).await?;
+            let status = resp.status().as_u16();
+            if resp.status().is_success() || answers.contains(&status) {
+                Ok((status, content_length(&resp)))
+            } else {
+                Err(self.status_failure(op, resp).await)
             }
         })
         .await
@@ -372,14 +571,14 @@ impl Direct {
             Vec::new()
         };
         // Not [`Direct::retrying`]: each attempt borrows the buffer mutably, in turn.
-        for n in 1.. {
-            let attempt = self.get_attempt(&url, &headers, &mut *buf);
+        let mut st = self.state(true);
+        loop {
+            let attempt = self.get_attempt(&url, &headers, &mut *buf, st.identity.as_ref());
             let outcome = tokio::time::timeout(self.attempt_timeout, attempt).await;
-            if let ControlFlow::Break(r) = self.settle("get", n, outcome).await {
+            if let ControlFlow::Break(r) = self.settle("get", &mut st, outcome).await {
                 return r;
             }
         }
-        unreachable!("settle ends the loop by MAX_ATTEMPTS")
     }
 
     /// One GET attempt into `buf`, body included.
@@ -388,19 +587,23 @@ impl Direct {
         url: &str,
         headers: &[(&'static str, String)],
         buf: &mut [u8],
+        identity: Option<&Identity>,
     ) -> Result<Fetched, Failure> {
         let req = self
-            .request("get", http::Method::GET, url, headers, None)
-            .map_err(Failure::Final)?;
+            .request("get", http::Method::GET, url, headers, None, identity)
+            .map_err(Failure::fatal)?;
         let resp = self.send("get", req).await?;
         match resp.status().as_u16() {
             200..=299 => {}
+            // A missing key is a miss; a missing bucket is an error.
             404 => {
-                // Read the small error body, so the connection can be reused.
-                read_capped(resp.into_body(), ERROR_BODY_MAX).await;
-                return Ok(Fetched::Absent);
+                let failure = self.status_failure("get", resp).await;
+                return match failure.error.kind() {
+                    ErrorKind::BucketMissing => Err(failure),
+                    _ => Ok(Fetched::Absent),
+                };
             }
-            _ => return Err(status_failure("get", resp).await),
+            _ => return Err(self.status_failure("get", resp).await),
         }
         let len = buf.len();
         match content_length(&resp) {
@@ -423,7 +626,7 @@ impl Direct {
         let mut off = 0usize;
         while let Some(frame) = body.frame().await {
             let frame = frame.map_err(|e| {
-                Failure::Retry(BackendError::connection(
+                Failure::connection(BackendError::connection(
                     "get",
                     format!("reading the body: {}", DisplayErrorContext(&e)),
                 ))
@@ -446,7 +649,8 @@ impl Direct {
         if let Some(want) = expected_crc.filter(|c| !c.contains('-')) {
             let got = crc32c_header(buf);
             if got != want {
-                return Err(Failure::Retry(BackendError::io(
+                return Err(Failure::connection(BackendError::new(
+                    ErrorKind::Corrupt,
                     "get",
                     format!("CRC32C mismatch: the store declared {want}, the body has {got}"),
                 )));
@@ -454,12 +658,6 @@ impl Direct {
         }
         Ok(Fetched::Hit)
     }
-}
-
-/// The wait before retry `n` (1-based): up to 1 s × 2ⁿ⁻¹, full jitter.
-fn backoff(n: u32) -> Duration {
-    let cap = INITIAL_BACKOFF.saturating_mul(1 << (n.saturating_sub(1)).min(4));
-    cap.mul_f64(rand::random::<f64>())
 }
 
 fn content_length<B>(resp: &http::Response<B>) -> Option<u64> {
@@ -494,46 +692,83 @@ async fn read_capped(mut body: hyper::body::Incoming, cap: usize) -> Vec<u8> {
     out
 }
 
-/// A non-success status as a failure: 5xx and 429 (throttling, `SlowDown`) are retried, the
-/// rest are final. The message names the status and the S3 error code and message, never the
-/// rest of the body (a `SignatureDoesNotMatch` body echoes the string to sign).
-async fn status_failure(op: &'static str, resp: http::Response<hyper::body::Incoming>) -> Failure {
-    let status = resp.status();
-    let body = read_capped(resp.into_body(), ERROR_BODY_MAX).await;
-    let text = String::from_utf8_lossy(&body);
+/// The S3 `<Code>` and `<Message>` of an error body.
+fn error_code(body: &[u8]) -> (Option<String>, Option<String>) {
+    let text = String::from_utf8_lossy(body);
     let tag = |name: &str| {
         let open = format!("<{name}>");
         let start = text.find(&open)? + open.len();
         let end = text[start..].find('<')? + start;
         Some(text[start..end].to_owned())
     };
-    let mut message = format!("HTTP {status}");
-    if let Some(code) = tag("Code") {
-        message.push_str(": ");
-        message.push_str(&code);
-    }
-    if let Some(m) = tag("Message") {
-        message.push_str(": ");
-        message.push_str(&m);
-    }
-    let e = BackendError::new(status_kind(status.as_u16()), op, message);
-    if status.is_server_error() || status.as_u16() == 429 {
-        Failure::Retry(e)
-    } else {
-        Failure::Final(e)
+    (tag("Code"), tag("Message"))
+}
+
+/// The server's clock minus ours, in milliseconds, from a response's `Date` header.
+fn server_clock_offset<B>(resp: &http::Response<B>) -> Option<i64> {
+    let date = resp.headers().get(http::header::DATE)?.to_str().ok()?;
+    let server = httpdate::parse_http_date(date).ok()?;
+    let now = SystemTime::now();
+    Some(match server.duration_since(now) {
+        Ok(ahead) => ahead.as_millis() as i64,
+        Err(behind) => -(behind.duration().as_millis() as i64),
+    })
+}
+
+impl Direct {
+    /// A non-success answer as a failure. The retry policy decides on its status (5xx, 408 and
+    /// 429 are retried); `RequestTimeTooSkewed` and refused credentials carry a fix; a 404
+    /// `NoSuchBucket` is a [`ErrorKind::BucketMissing`] error naming the bucket. The message
+    /// names the status and the S3 error code and message, never the rest of the body (a
+    /// `SignatureDoesNotMatch` body echoes the string to sign).
+    async fn status_failure(
+        &self,
+        op: &'static str,
+        resp: http::Response<hyper::body::Incoming>,
+    ) -> Failure {
+        let status = resp.status();
+        let retry_after = resp
+            .headers()
+            .get(http::header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(parse_retry_after);
+        let offset = server_clock_offset(&resp);
+        let body = read_capped(resp.into_body(), ERROR_BODY_MAX).await;
+        let (code, text) = error_code(&body);
+        let mut message = format!("HTTP {status}");
+        for part in [&code, &text].into_iter().flatten() {
+            message.push_str(": ");
+            message.push_str(part);
+        }
+        let code = code.as_deref().unwrap_or("");
+        if code == "NoSuchBucket" {
+            return Failure::fatal(no_such_bucket(op, &self.bucket, &message));
+        }
+        let fix = match code {
+            "RequestTimeTooSkewed" => offset.map(Fix::ClockSkew),
+            c if CREDENTIAL_CODES.contains(&c) && self.refresher.is_some() => {
+                Some(Fix::Credentials)
+            }
+            _ => None,
+        };
+        Failure {
+            error: BackendError::new(status_kind(status.as_u16()), op, message),
+            outcome: Some(Outcome::Status(status.as_u16())),
+            retry_after,
+            fix,
+        }
     }
 }
 
-/// The kind of failure an HTTP status stands for.
-pub(crate) fn status_kind(status: u16) -> ErrorKind {
-    match status {
-        401 | 403 => ErrorKind::Permission,
-        404 => ErrorKind::NotFound,
-        408 => ErrorKind::Timeout,
-        429 | 503 => ErrorKind::Throttled,
-        400..=499 => ErrorKind::Invalid,
-        _ => ErrorKind::Other,
-    }
+/// The error for a bucket that does not exist: it names the bucket and what to check.
+pub(crate) fn no_such_bucket(op: &'static str, bucket: &str, detail: &str) -> BackendError {
+    BackendError::new(
+        ErrorKind::BucketMissing,
+        op,
+        format!(
+            "bucket {bucket:?} does not exist ({detail}): it was deleted, or s3_endpoint/s3_bucket name another"
+        ),
+    )
 }
 
 #[cfg(test)]
@@ -550,14 +785,6 @@ mod tests {
     fn crc32c_header_is_base64_big_endian() {
         // CRC32C("123456789") = 0xE3069283.
         assert_eq!(crc32c_header(b"123456789"), "4waSgw==");
-    }
-
-    #[test]
-    fn backoff_is_jittered_under_the_cap() {
-        for n in 1..=6 {
-            let cap = INITIAL_BACKOFF * (1 << (n - 1).min(4));
-            assert!(backoff(n) <= cap);
-        }
     }
 
     fn direct(cfg: &S3Config, creds: Credentials) -> Result<Direct, &'static str> {
@@ -577,26 +804,145 @@ mod tests {
         Credentials::new("AKID", "SECRET", None, None, "test")
     }
 
-    /// The URLs the SDK's endpoint rules give for each `s3_endpoint` form and addressing style.
+    /// What the SDK's own endpoint resolver (`DefaultResolver`, the SDK's endpoint rules)
+    /// gives for `cfg`, with the parameters the SDK client built by `build_clients` uses.
+    fn sdk_resolved(cfg: &S3Config) -> String {
+        use aws_sdk_s3::config::endpoint::{DefaultResolver, Params, ResolveEndpoint};
+        let ep = cfg.validate().unwrap();
+        let mut params = Params::builder()
+            .region(cfg.s3_region.clone())
+            .bucket(ep.bucket.clone())
+            .force_path_style(ep.force_path_style)
+            .use_fips(false)
+            .use_dual_stack(false)
+            .accelerate(false)
+            .disable_s3_express_session_auth(!cfg.s3_enable_s3express);
+        if let Some(url) = &ep.endpoint_url {
+            params = params.endpoint(url.clone());
+        }
+        let params = params.build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let resolved = rt
+            .block_on(DefaultResolver::new().resolve_endpoint(&params))
+            .unwrap();
+        resolved.url().trim_end_matches('/').to_owned()
+    }
+
+    /// The URL of the GET the SDK client (built by `build_clients` from `cfg`) would send for
+    /// `object`, captured by an interceptor just before it is sent (nothing is sent).
+    fn sdk_request(cfg: &S3Config, object: &str) -> http::Uri {
+        use aws_sdk_s3::config::interceptors::BeforeTransmitInterceptorContextRef;
+        use aws_sdk_s3::config::{ConfigBag, Intercept, RuntimeComponents};
+        #[derive(Debug)]
+        struct Capture(std::sync::mpsc::Sender<String>);
+        impl Intercept for Capture {
+            fn name(&self) -> &'static str {
+                "capture"
+            }
+            fn read_before_transmit(
+                &self,
+                ctx: &BeforeTransmitInterceptorContextRef<'_>,
+                _: &RuntimeComponents,
+                _: &mut ConfigBag,
+            ) -> Result<(), aws_smithy_runtime_api::box_error::BoxError> {
+                let _ = self.0.send(ctx.request().uri().to_owned());
+                Err("captured; not sent".into())
+            }
+        }
+        let ep = cfg.validate().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let uri = rt.block_on(async {
+            let provider = SharedCredentialsProvider::new(static_creds());
+            let clients = super::super::client::build_clients(cfg, &ep, None, Some(provider))
+                .await
+                .unwrap();
+            let (tx, rx) = std::sync::mpsc::channel();
+            let _ = clients
+                .sdk
+                .get_object()
+                .bucket(&ep.bucket)
+                .key(object)
+                .customize()
+                .interceptor(Capture(tx))
+                .send()
+                .await;
+            rx.try_recv().expect("the SDK built no request")
+        });
+        // The SDK adds `?x-id=GetObject`; the object URL is the rest.
+        uri.split('?').next().unwrap().parse().unwrap()
+    }
+
+    /// For every `s3_endpoint` form the README lists (and each addressing style), the direct
+    /// path's URL and host are the SDK's: its endpoint resolver gives the same endpoint, and
+    /// the request its client would send has the same URL and authority (the `Host` header).
     #[test]
-    fn object_urls_for_every_endpoint_form() {
-        let url = |c: &S3Config| direct(c, static_creds()).unwrap().url("pre/m@1@ab");
-        assert_eq!(
-            url(&config("s3://my-bucket")),
-            "https://my-bucket.s3.us-west-2.amazonaws.com/pre/m%401%40ab"
-        );
+    fn object_urls_match_the_sdk_for_every_endpoint_form() {
+        let object = "pre/m@1@ab cd+%";
+        let mut forms = Vec::new();
+        forms.push(config("s3://my-bucket"));
         let mut c = config("s3://my-bucket");
         c.s3_addressing_style = Some(super::super::AddressingStyle::Path);
-        assert_eq!(
-            url(&c),
-            "https://s3.us-west-2.amazonaws.com/my-bucket/pre/m%401%40ab"
-        );
+        forms.push(c);
+        let mut c = config("my-bucket.s3.us-west-2.amazonaws.com");
+        c.s3_region = "us-west-2".into();
+        forms.push(c);
         let mut c = config("s3://my-bucket.cwlota.com");
         c.disable_tls = true;
-        assert_eq!(url(&c), "http://my-bucket.cwlota.com/pre/m%401%40ab");
-        let mut c = config("http://127.0.0.1:3900");
+        forms.push(c);
+        forms.push(config("s3://my-bucket.storage.example.com"));
+        let mut c = config("https://minio.example.com:9000");
         c.s3_bucket = Some("kvcache".into());
-        assert_eq!(url(&c), "http://127.0.0.1:3900/kvcache/pre/m%401%40ab");
+        forms.push(c);
+        let mut c = config("http://127.0.0.1:3900");
+        c.disable_tls = true;
+        c.s3_bucket = Some("kvcache".into());
+        forms.push(c);
+        for cfg in &forms {
+            let d = direct(cfg, static_creds()).unwrap();
+            let ours: http::Uri = d.url(object).parse().unwrap();
+            let sdk = sdk_request(cfg, object);
+            assert_eq!(ours, sdk, "{}", cfg.s3_endpoint);
+            assert_eq!(
+                ours.authority(),
+                sdk.authority(),
+                "Host, {}",
+                cfg.s3_endpoint
+            );
+            let resolved = sdk_resolved(cfg);
+            let ep = cfg.validate().unwrap();
+            // Path style: the resolved URL ends in the bucket; virtual: its host starts with it.
+            assert!(
+                resolved.ends_with(&format!("/{}", ep.bucket)) == ep.force_path_style,
+                "{resolved}"
+            );
+            let expected = format!("{resolved}/{}", utf8_percent_encode(object, KEY_ENCODE));
+            assert_eq!(d.url(object), expected, "{}", cfg.s3_endpoint);
+        }
+    }
+
+    /// S3 Express: the direct path stands aside (the SDK signs sessions), and the config hands
+    /// the SDK the bucket and region unchanged, from which its resolver derives the zonal
+    /// endpoint.
+    #[test]
+    fn s3_express_resolves_to_the_zonal_endpoint() {
+        let mut c =
+            config("s3://my-bucket--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com");
+        c.s3_enable_s3express = true;
+        assert!(direct(&c, static_creds()).is_err());
+        let ep = c.validate().unwrap();
+        assert_eq!(
+            (ep.bucket.as_str(), ep.endpoint_url.as_deref()),
+            ("my-bucket--usw2-az1--x-s3", None)
+        );
+        assert_eq!(
+            sdk_resolved(&c),
+            "https://my-bucket--usw2-az1--x-s3.s3express-usw2-az1.us-west-2.amazonaws.com"
+        );
     }
 
     /// S3 Express sessions are signed by the SDK only.
@@ -622,6 +968,12 @@ mod tests {
     fn aws_regional_hosts() {
         assert_eq!(aws_host("us-east-1"), "s3.us-east-1.amazonaws.com");
         assert_eq!(aws_host("cn-north-1"), "s3.cn-north-1.amazonaws.com.cn");
+        let mut c = config("s3://my-bucket");
+        c.s3_region = "cn-north-1".into();
+        assert_eq!(
+            direct(&c, static_creds()).unwrap().url("k"),
+            format!("{}/k", sdk_resolved(&c))
+        );
     }
 
     #[test]

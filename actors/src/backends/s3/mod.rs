@@ -8,12 +8,20 @@
 //! prefix `<model>@`.
 //!
 //! Requests run on a small multi-threaded tokio runtime owned by the storage, never on the
-//! backend actor's arbiter, bounded to `s3_num_io_threads` in flight. A circuit breaker opens
-//! after 3 consecutive connection-level failures: requests then fail at once without network
-//! traffic; after `circuit_breaker_cooldown_secs` one request is let through as a probe, and a
-//! success closes the breaker again. While the breaker is not closed, lookups do not trust the
-//! size cache: every key is probed, so lookups are misses at once (or the half-open probe)
-//! instead of locking keys whose loads cannot succeed.
+//! backend actor's arbiter, bounded to `s3_num_io_threads` in flight. The half-open circuit
+//! breaker ([`crate::breaker`], shared with `hfbucket`) opens after 3 consecutive failures
+//! that say the store is unwell (no connection, timeouts, 5xx or `SlowDown` after the retries)
+//! and at once on `NoSuchBucket`: requests then fail at once without network traffic; after
+//! `circuit_breaker_cooldown_secs` one request is let through as a probe, and an answer closes
+//! the breaker again. While the breaker is not closed, lookups do not trust the size cache:
+//! every key is probed, so lookups are misses at once (or the half-open probe) instead of
+//! locking keys whose loads cannot succeed.
+//!
+//! A missing bucket is never a missing key: a GET 404 or any other answer whose code is
+//! `NoSuchBucket` is an [`ErrorKind::BucketMissing`] error naming the bucket. A HEAD 404 has no
+//! body, so it is a miss only when a request found the bucket within `s3_bucket_check_secs`;
+//! otherwise one `HeadBucket` confirms the bucket first. What the request futures learn about
+//! the bucket they note in an atomic timestamp that the storage shares with them.
 
 mod client;
 mod config;
@@ -21,154 +29,44 @@ mod direct;
 mod http;
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use aws_credential_types::provider::SharedCredentialsProvider;
 
-use aws_sdk_s3::error::{DisplayErrorContext, SdkError};
+use aws_sdk_s3::config::http::HttpResponse;
+use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
 use bytes::Bytes;
 use futures_util::FutureExt;
 use tokio::sync::Semaphore;
 
-use client::{build_clients, current_credentials, io_runtime, send_put};
+use client::{build_clients, current_credentials, io_runtime, send_put, with_config};
 pub use client::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{
     AddressingStyle, ChecksumMode, DataPath, PayloadSigning, ResolvedEndpoint, S3Config,
 };
-pub use direct::Direct;
+pub use direct::{Direct, Refresher};
 
 use crate::buffer::LoadBuf;
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{
-    answer_known, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage,
+    answer_known, status_kind, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage,
 };
 
-/// Consecutive connection-level failures that open the breaker.
-pub const BREAKER_THRESHOLD: u32 = 3;
+use crate::breaker::Breaker;
+pub use crate::breaker::BREAKER_THRESHOLD;
 /// Keys per `DeleteObjects` request (the S3 maximum).
 const DELETE_BATCH: usize = 1000;
-
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum BreakerState {
-    Closed,
-    Open { since: Instant },
-    HalfOpen,
-}
-
-/// The circuit breaker, owned by the storage (and so by the backend actor).
-#[derive(Debug)]
-struct Breaker {
-    state: BreakerState,
-    failures: u32,
-    cooldown: Duration,
-    opened: u64,
-    fast_failures: u64,
-    /// Its state and transitions as metrics.
-    metrics: crate::metrics::AdapterMetrics,
-}
-
-impl Breaker {
-    /// Publishes the state (a transition when it changed).
-    fn publish(&self) {
-        self.metrics.breaker(match self.state {
-            BreakerState::Closed => 0,
-            BreakerState::Open { .. } => 1,
-            BreakerState::HalfOpen => 2,
-        });
-    }
-
-    fn admit(&mut self) -> Result<(), BackendError> {
-        match self.state {
-            BreakerState::Closed => Ok(()),
-            BreakerState::Open { since } if since.elapsed() >= self.cooldown => {
-                self.state = BreakerState::HalfOpen;
-                self.publish();
-                tracing::info!("s3 circuit breaker half-open: sending a probe");
-                Ok(())
-            }
-            BreakerState::Open { since } => {
-                self.fast_failures += 1;
-                Err(BackendError::unavailable(format!(
-                        "circuit breaker open after {} consecutive connection failures; next probe in {:.1}s",
-                        self.failures,
-                        self.cooldown.saturating_sub(since.elapsed()).as_secs_f64()
-                    )))
-            }
-            BreakerState::HalfOpen => {
-                self.fast_failures += 1;
-                Err(BackendError::unavailable(
-                    "circuit breaker half-open: waiting for the probe",
-                ))
-            }
-        }
-    }
-
-    /// Follows the outcome of one operation's results (see [`Breaker::record`]): a request
-    /// that reached the store counts as ok (a "not found" too), one that could not reach it
-    /// or timed out as a connection failure, one the breaker refused as refused.
-    fn observe<'a, T: 'a>(
-        &mut self,
-        results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
-    ) {
-        let (mut ok, mut failed, mut refused) = (0, 0, 0);
-        for r in results {
-            match r.as_ref().map_err(BackendError::kind) {
-                Ok(_) => ok += 1,
-                Err(ErrorKind::Connection | ErrorKind::Timeout) => failed += 1,
-                Err(ErrorKind::Unavailable) => refused += 1,
-                Err(_) => {}
-            }
-        }
-        self.record(ok, failed, refused);
-    }
-
-    /// Follows one operation's outcome. `refused` items were turned away by [`Breaker::admit`]
-    /// itself and never reached the network: they must not close a half-open breaker (only
-    /// the probe's own outcome may), nor count as failures.
-    fn record(&mut self, ok: usize, connection_failures: usize, refused: usize) {
-        if ok > 0 {
-            if self.state != BreakerState::Closed {
-                tracing::info!("s3 circuit breaker closed: the store answers again");
-            }
-            self.state = BreakerState::Closed;
-            self.failures = 0;
-        } else if connection_failures > 0 {
-            self.failures = self.failures.saturating_add(connection_failures as u32);
-            let reopen = self.state == BreakerState::HalfOpen;
-            if reopen || (self.state == BreakerState::Closed && self.failures >= BREAKER_THRESHOLD)
-            {
-                tracing::warn!(failures = self.failures, "s3 circuit breaker open");
-                self.state = BreakerState::Open {
-                    since: Instant::now(),
-                };
-                self.opened += 1;
-            }
-        } else if refused > 0 {
-            // Turned away by the breaker: nothing was learnt about the store.
-        } else if self.state == BreakerState::HalfOpen {
-            // The probe reached the store, even if the request itself was refused.
-            self.state = BreakerState::Closed;
-            self.failures = 0;
-        }
-        self.publish();
-    }
-
-    fn name(&self) -> &'static str {
-        match self.state {
-            BreakerState::Closed => "closed",
-            BreakerState::Open { .. } => "open",
-            BreakerState::HalfOpen => "half-open",
-        }
-    }
-}
 
 /// What request futures share (immutable, plus the in-flight bound).
 struct Shared {
     client: aws_sdk_s3::Client,
+    /// The SDK client's credential source (asked again when the store refuses credentials).
+    credentials: SharedCredentialsProvider,
     bucket: String,
     prefix: String,
     format: NameFormat,
@@ -179,6 +77,13 @@ struct Shared {
     put_crc32c: bool,
     /// GETs ask for the object's CRC32C and check it.
     get_crc32c: bool,
+    /// When the bucket was last seen to exist: milliseconds since `opened`, plus 1 (0: not
+    /// yet, or seen missing since).
+    bucket_seen: AtomicU64,
+    opened: Instant,
+    /// A HEAD 404 is a miss without asking again whether the bucket exists for this long
+    /// after the bucket was last seen.
+    bucket_check_interval: Duration,
 }
 
 /// Refresh temporary credentials this long before they expire.
@@ -209,14 +114,28 @@ struct DirectPath {
     refreshing: Option<(tokio::task::JoinHandle<Refreshed>, Instant)>,
     retry_at: Option<Instant>,
     refreshes: u64,
+    /// Credentials fetched by requests whose own were refused ([`Refresher`]).
+    fresh: flume::Receiver<aws_credential_types::Credentials>,
+    /// [`REFRESH_RETRY`] and [`REFRESH_DEADLINE`] (shorter in tests).
+    refresh_retry: Duration,
+    refresh_deadline: Duration,
+    /// Refreshes that failed, panicked or were abandoned.
+    refresh_failures: u64,
 }
 
 impl DirectPath {
+    /// The path signing with `direct`'s credentials, which expire at `expiry`; requests whose
+    /// credentials are refused fetch fresh ones from `provider` themselves.
     fn new(
         direct: Direct,
         provider: SharedCredentialsProvider,
         expiry: Option<SystemTime>,
     ) -> Self {
+        let (tx, fresh) = flume::unbounded();
+        let direct = direct.with_refresher(Refresher {
+            provider: provider.clone(),
+            fresh: tx,
+        });
         Self {
             direct: Arc::new(direct),
             provider,
@@ -224,21 +143,29 @@ impl DirectPath {
             refreshing: None,
             retry_at: None,
             refreshes: 0,
+            fresh,
+            refresh_retry: REFRESH_RETRY,
+            refresh_deadline: REFRESH_DEADLINE,
+            refresh_failures: 0,
         }
     }
 
     /// The signer for the next requests, or `None` when they should take the SDK path (the
     /// credentials are about to expire). Applies a finished refresh and starts one when due.
     fn signer(&mut self, runtime: &tokio::runtime::Handle) -> Option<Arc<Direct>> {
+        // Newest last: credentials a refused request fetched.
+        if let Some(creds) = self.fresh.try_iter().last() {
+            self.apply(Ok(creds));
+        }
         if let Some((task, started)) = self.refreshing.as_mut() {
             let res = match task.now_or_never() {
                 Some(Ok(res)) => Some(res),
                 Some(Err(e)) => Some(Err(format!("the refresh task failed: {e}"))),
-                None if started.elapsed() >= REFRESH_DEADLINE => {
+                None if started.elapsed() >= self.refresh_deadline => {
                     task.abort();
                     Some(Err(format!(
-                        "no answer from the credential source within {}s",
-                        REFRESH_DEADLINE.as_secs()
+                        "no answer from the credential source within {:.1}s",
+                        self.refresh_deadline.as_secs_f64()
                     )))
                 }
                 None => None,
@@ -266,20 +193,26 @@ impl DirectPath {
     }
 
     /// Takes a refresh's result: fresh credentials for the signer, or a time to try again.
+    /// Credentials that themselves expire within [`REFRESH_AHEAD`] (a source handing out
+    /// short-lived ones) are refreshed again only after [`REFRESH_RETRY`], not at every request.
     fn apply(&mut self, res: Refreshed) {
-        {
-            match res {
-                Ok(creds) => {
-                    self.expiry = creds.expiry();
-                    self.direct = Arc::new(self.direct.with_credentials(creds));
-                    self.refreshes += 1;
-                    self.retry_at = None;
-                    tracing::debug!("s3: direct data path has fresh credentials");
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "s3: refreshing credentials failed; will retry");
-                    self.retry_at = Some(Instant::now() + REFRESH_RETRY);
-                }
+        match res {
+            Ok(creds) => {
+                self.expiry = creds.expiry();
+                self.direct = Arc::new(self.direct.with_credentials(creds));
+                self.refreshes += 1;
+                let short = self.expiry.is_some_and(|t| {
+                    t.duration_since(SystemTime::now())
+                        .unwrap_or(Duration::ZERO)
+                        <= REFRESH_AHEAD
+                });
+                self.retry_at = short.then(|| Instant::now() + self.refresh_retry);
+                tracing::debug!("s3: direct data path has fresh credentials");
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "s3: refreshing credentials failed; will retry");
+                self.refresh_failures += 1;
+                self.retry_at = Some(Instant::now() + self.refresh_retry);
             }
         }
     }
@@ -291,6 +224,9 @@ impl DirectPath {
                 .unwrap_or(Duration::ZERO)
                 .as_secs()),
             "refreshes": self.refreshes,
+            "refresh_failures": self.refresh_failures,
+            "refreshing": self.refreshing.is_some(),
+            "clock_offset_ms": self.direct.clock_offset_ms(),
         })
     }
 }
@@ -300,6 +236,94 @@ impl Shared {
         let mut s = self.prefix.clone();
         s.push_str(&key.object_name(self.format));
         s
+    }
+
+    /// Sends an SDK request built by `send` (given a config override, or none); when the
+    /// store refuses its credentials (`ExpiredToken`, `InvalidAccessKeyId`, …), once more with
+    /// credentials fetched again from their source, through a config override: the SDK's
+    /// identity cache cannot be told to drop the ones it holds.
+    async fn sdk_send<T, E, F, Fut>(&self, send: F) -> Result<T, SdkError<E, HttpResponse>>
+    where
+        F: Fn(Option<aws_sdk_s3::config::Builder>) -> Fut,
+        Fut: Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata,
+    {
+        let first = send(None).await;
+        let refused = matches!(&first, Err(e)
+            if e.code().is_some_and(|c| direct::CREDENTIAL_CODES.contains(&c)));
+        if !refused {
+            return first;
+        }
+        match tokio::time::timeout(REFRESH_DEADLINE, current_credentials(&self.credentials)).await {
+            Ok(Ok(creds)) => {
+                tracing::info!("s3: credentials refused; retrying with fresh ones");
+                let fresh = aws_sdk_s3::config::Builder::new().credentials_provider(creds);
+                send(Some(fresh)).await
+            }
+            _ => first,
+        }
+    }
+
+    /// Notes that the bucket exists (a request on it succeeded).
+    fn bucket_exists_now(&self) {
+        let ms = self.opened.elapsed().as_millis() as u64 + 1;
+        self.bucket_seen.store(ms, Ordering::Relaxed);
+    }
+
+    /// Whether the bucket was seen within the bucket check interval.
+    fn bucket_seen_recently(&self) -> bool {
+        match self.bucket_seen.load(Ordering::Relaxed) {
+            0 => false,
+            ms => {
+                let seen = Duration::from_millis(ms - 1);
+                self.opened.elapsed().saturating_sub(seen) < self.bucket_check_interval
+            }
+        }
+    }
+
+    /// Takes the answer of one request: a missing bucket must be checked again before the
+    /// next HEAD 404 counts as a miss; any other answer shows the bucket exists.
+    fn follow<T>(&self, r: &Result<T, BackendError>) {
+        match r {
+            Ok(_) => self.bucket_exists_now(),
+            Err(e) if e.kind() == ErrorKind::BucketMissing => {
+                self.bucket_seen.store(0, Ordering::Relaxed)
+            }
+            Err(_) => {}
+        }
+    }
+
+    /// A HEAD answered 404, which has no body to tell a missing object from a missing bucket:
+    /// a miss when the bucket was seen within the check interval or exists now (one
+    /// `HeadBucket`), else a [`ErrorKind::BucketMissing`] error. (Chosen over a check at
+    /// start only, which misses a bucket deleted later, and over a GET or a listing per 404,
+    /// which cost more than a HEAD of the bucket.)
+    async fn confirm_absent(&self, direct: Option<&Direct>) -> Result<Option<u64>, BackendError> {
+        if self.bucket_seen_recently() {
+            return Ok(None);
+        }
+        let exists = match direct {
+            Some(d) => d.bucket_exists().await?,
+            None => match self.client.head_bucket().bucket(&self.bucket).send().await {
+                Ok(_) => true,
+                Err(e) => match e.raw_response().map(|r| r.status().as_u16()) {
+                    Some(404) => false,
+                    Some(403) => true,
+                    _ => return Err(classify("head bucket", &self.bucket, e)),
+                },
+            },
+        };
+        if exists {
+            self.bucket_exists_now();
+            Ok(None)
+        } else {
+            self.bucket_seen.store(0, Ordering::Relaxed);
+            Err(direct::no_such_bucket(
+                "head",
+                &self.bucket,
+                "HeadBucket answered 404",
+            ))
+        }
     }
 }
 
@@ -327,20 +351,22 @@ fn data_path_name(direct: &Result<DirectPath, String>) -> String {
 
 fn classify<E>(
     op: &'static str,
+    bucket: &str,
     e: SdkError<E, aws_sdk_s3::config::http::HttpResponse>,
 ) -> BackendError
 where
-    E: std::error::Error + Send + Sync + 'static,
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
 {
     let message = DisplayErrorContext(&e).to_string();
+    if e.code() == Some("NoSuchBucket") {
+        return direct::no_such_bucket(op, bucket, "NoSuchBucket").with_source(e);
+    }
     let kind = match &e {
         SdkError::DispatchFailure(_) => ErrorKind::Connection,
         SdkError::TimeoutError(_) => ErrorKind::Timeout,
-        SdkError::ServiceError(_) | SdkError::ResponseError(_) => {
-            e.raw_response().map_or(ErrorKind::Other, |r| {
-                direct::status_kind(r.status().as_u16())
-            })
-        }
+        SdkError::ServiceError(_) | SdkError::ResponseError(_) => e
+            .raw_response()
+            .map_or(ErrorKind::Other, |r| status_kind(r.status().as_u16())),
         _ => ErrorKind::Other,
     };
     BackendError::new(kind, op, message).with_source(e)
@@ -383,11 +409,12 @@ impl S3Storage {
         let runtime = io_runtime(cfg).map_err(|e| BackendError::io("open", e))?;
         let handle = runtime.handle().clone();
         let (c, ep) = (cfg.clone(), endpoint.clone());
-        let (client, direct) = handle
+        let (client, source, direct) = handle
             .spawn(async move {
                 let clients = build_clients(&c, &ep, resolve_to, credentials).await?;
                 let client = clients.sdk;
                 let provider = clients.credentials;
+                let source = provider.clone();
                 let direct = match c.s3_data_path {
                     DataPath::Sdk => Err("s3_data_path is \"sdk\"".to_owned()),
                     DataPath::Direct => match current_credentials(&provider).await {
@@ -400,7 +427,7 @@ impl S3Storage {
                         Err(e) => Err(format!("no credentials at start ({e})")),
                     },
                 };
-                Ok::<_, BackendError>((client, direct))
+                Ok::<_, BackendError>((client, source, direct))
             })
             .await
             .map_err(|e| BackendError::io("open", e))??;
@@ -408,6 +435,7 @@ impl S3Storage {
         Ok(Self {
             shared: Arc::new(Shared {
                 client,
+                credentials: source,
                 bucket: endpoint.bucket.clone(),
                 prefix: cfg.key_prefix(),
                 format,
@@ -415,17 +443,16 @@ impl S3Storage {
                 sign_payload: cfg.signs_payload(&endpoint),
                 put_crc32c: cfg.put_crc32c(&endpoint),
                 get_crc32c: cfg.get_crc32c(),
+                bucket_seen: AtomicU64::new(0),
+                opened: Instant::now(),
+                bucket_check_interval: Duration::from_secs_f64(cfg.s3_bucket_check_secs),
             }),
             runtime: Some(runtime),
             handle,
-            breaker: Breaker {
-                state: BreakerState::Closed,
-                failures: 0,
-                cooldown: Duration::from_secs_f64(cfg.circuit_breaker_cooldown_secs),
-                opened: 0,
-                fast_failures: 0,
-                metrics: crate::metrics::AdapterMetrics::off(),
-            },
+            breaker: Breaker::new(
+                "s3",
+                Duration::from_secs_f64(cfg.circuit_breaker_cooldown_secs),
+            ),
             rebuild: cfg.rebuild_index_on_start.unwrap_or(capacity_bytes > 0),
             endpoint,
             region: cfg.s3_region.clone(),
@@ -504,24 +531,31 @@ async fn get_one(
     if let Some(direct) = direct {
         return direct.get(&shared.object_key(&key), buf).await;
     }
-    let mut req = shared
-        .client
-        .get_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(&key));
-    if shared.get_crc32c {
-        req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
-    }
-    let resp = req.send().await;
+    let object = shared.object_key(&key);
+    let resp = shared
+        .sdk_send(|config| {
+            let mut req = shared
+                .client
+                .get_object()
+                .bucket(&shared.bucket)
+                .key(&object);
+            if shared.get_crc32c {
+                req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
+            }
+            with_config(req.customize(), config).send()
+        })
+        .await;
     let resp = match resp {
         Ok(r) => r,
         Err(e) => {
-            let not_found = e.as_service_error().is_some_and(|s| s.is_no_such_key())
-                || e.raw_response().is_some_and(|r| r.status().as_u16() == 404);
+            // A missing key is a miss; a missing bucket (also a 404) is an error.
+            let not_found = e.code() != Some("NoSuchBucket")
+                && (e.as_service_error().is_some_and(|s| s.is_no_such_key())
+                    || e.raw_response().is_some_and(|r| r.status().as_u16() == 404));
             return if not_found {
                 Ok(Fetched::Absent)
             } else {
-                Err(classify("get", e))
+                Err(classify("get", &shared.bucket, e))
             };
         }
     };
@@ -557,29 +591,39 @@ async fn get_one(
 /// A PUT through the SDK.
 async fn sdk_put(shared: &Shared, key: &ObjectKey, data: Bytes) -> Result<(), BackendError> {
     let len = data.len() as i64;
-    let mut req = shared
-        .client
-        .put_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(key))
-        .content_type("application/octet-stream")
-        .content_length(len)
-        .body(ByteStream::from(data));
-    if shared.put_crc32c {
-        req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
-    }
-    let res = send_put(req, shared.sign_payload).await;
-    res.map(|_| ()).map_err(|e| classify("put", e))
+    let object = shared.object_key(key);
+    let res = shared
+        .sdk_send(|config| {
+            let mut req = shared
+                .client
+                .put_object()
+                .bucket(&shared.bucket)
+                .key(&object)
+                .content_type("application/octet-stream")
+                .content_length(len)
+                .body(ByteStream::from(data.clone()));
+            if shared.put_crc32c {
+                req = req.checksum_algorithm(ChecksumAlgorithm::Crc32C);
+            }
+            send_put(req, shared.sign_payload, config)
+        })
+        .await;
+    res.map(|_| ())
+        .map_err(|e| classify("put", &shared.bucket, e))
 }
 
 /// A HEAD through the SDK: the size of a present, non-empty object.
 async fn sdk_head(shared: &Shared, key: &ObjectKey) -> Result<Option<u64>, BackendError> {
+    let object = shared.object_key(key);
     let res = shared
-        .client
-        .head_object()
-        .bucket(&shared.bucket)
-        .key(shared.object_key(key))
-        .send()
+        .sdk_send(|config| {
+            let req = shared
+                .client
+                .head_object()
+                .bucket(&shared.bucket)
+                .key(&object);
+            with_config(req.customize(), config).send()
+        })
         .await;
     match res {
         Ok(r) => Ok(r.content_length().filter(|l| *l > 0).map(|l| l as u64)),
@@ -589,7 +633,7 @@ async fn sdk_head(shared: &Shared, key: &ObjectKey) -> Result<Option<u64>, Backe
         {
             Ok(None)
         }
-        Err(e) => Err(classify("head", e)),
+        Err(e) => Err(classify("head", &shared.bucket, e)),
     }
 }
 
@@ -613,7 +657,10 @@ async fn list_page(
     if let Some(c) = cursor {
         req = req.start_after(format!("{}{}", shared.prefix, c));
     }
-    let resp = req.send().await.map_err(|e| classify("list", e))?;
+    let resp = req
+        .send()
+        .await
+        .map_err(|e| classify("list", &shared.bucket, e))?;
     let mut out = Vec::new();
     let mut last = None;
     for obj in resp.contents() {
@@ -651,10 +698,12 @@ impl Storage for S3Storage {
             move |shared, (key, data): (ObjectKey, Bytes)| {
                 let direct = direct.clone();
                 async move {
-                    match direct {
+                    let r = match direct {
                         Some(d) => d.put(&shared.object_key(&key), data).await,
                         None => sdk_put(&shared, &key, data).await,
-                    }
+                    };
+                    shared.follow(&r);
+                    r
                 }
             },
         )
@@ -667,7 +716,7 @@ impl Storage for S3Storage {
         keys: &[ObjectKey],
         known: &[Option<u64>],
     ) -> Io<Vec<Result<Option<u64>, BackendError>>> {
-        let trust = self.breaker.state == BreakerState::Closed;
+        let trust = self.breaker.is_closed();
         let unknown_all = vec![None; if trust { 0 } else { keys.len() }];
         let known = if trust { known } else { &unknown_all };
         answer_known(keys, known, |unknown| {
@@ -675,9 +724,21 @@ impl Storage for S3Storage {
             self.per_item("head", unknown, move |shared, key: ObjectKey| {
                 let direct = direct.clone();
                 async move {
-                    match direct {
+                    let r = match direct.as_deref() {
                         Some(d) => d.head(&shared.object_key(&key)).await,
                         None => sdk_head(&shared, &key).await,
+                    };
+                    match r {
+                        Ok(None) => shared.confirm_absent(direct.as_deref()).await,
+                        Ok(Some(size)) => {
+                            shared.bucket_exists_now();
+                            Ok(Some(size))
+                        }
+                        Err(e) => {
+                            let r = Err(e);
+                            shared.follow(&r);
+                            r
+                        }
                     }
                 }
             })
@@ -691,7 +752,13 @@ impl Storage for S3Storage {
             items,
             move |shared, (key, mut buf): (ObjectKey, LoadBuf)| {
                 let direct = direct.clone();
-                async move { get_one(shared, direct, key, &mut buf).await }
+                async move {
+                    let r = get_one(shared.clone(), direct, key, &mut buf).await;
+                    if !matches!(r, Ok(Fetched::Absent)) {
+                        shared.follow(&r);
+                    }
+                    r
+                }
             },
         )
     }
@@ -738,7 +805,7 @@ impl Storage for S3Storage {
                             })
                             .collect::<Vec<_>>())
                     }
-                    Err(e) => Err(classify("delete", e)),
+                    Err(e) => Err(classify("delete", &shared.bucket, e)),
                 }
             },
         );
@@ -811,7 +878,7 @@ impl Storage for S3Storage {
     }
 
     fn is_healthy(&self) -> bool {
-        self.breaker.state == BreakerState::Closed
+        self.breaker.is_closed()
     }
 
     fn details(&self) -> serde_json::Value {
@@ -829,13 +896,7 @@ impl Storage for S3Storage {
             },
             "data_path": data_path_name(&self.direct),
             "direct_credentials": self.direct.as_ref().ok().map(DirectPath::status),
-            "circuit_breaker": {
-                "state": self.breaker.name(),
-                "consecutive_failures": self.breaker.failures,
-                "times_opened": self.breaker.opened,
-                "fast_failures": self.breaker.fast_failures,
-                "cooldown_secs": self.breaker.cooldown.as_secs_f64(),
-            },
+            "circuit_breaker": self.breaker.status(),
         })
     }
 
@@ -850,8 +911,7 @@ impl Storage for S3Storage {
             // Refreshed signers copy it (`Direct::with_credentials`).
             path.direct = Arc::new(path.direct.with_metrics(metrics.clone()));
         }
-        self.breaker.metrics = metrics;
-        self.breaker.publish();
+        self.breaker.attach_metrics(metrics);
     }
 }
 
@@ -897,7 +957,15 @@ mod tests {
     /// A server answering every request 200 and reporting, per request, the access key id it
     /// was signed with and whether the SDK sent it (its `user-agent`).
     fn recording_server() -> (u16, std::sync::mpsc::Receiver<(String, bool)>) {
+        recording_server_answering(Vec::new())
+    }
+
+    /// [`recording_server`], answering the first requests with `first` (raw responses).
+    fn recording_server_answering(
+        first: Vec<String>,
+    ) -> (u16, std::sync::mpsc::Receiver<(String, bool)>) {
         use std::io::{Read, Write};
+        let mut first = first.into_iter();
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let (tx, rx) = std::sync::mpsc::channel();
@@ -926,9 +994,10 @@ mod tests {
                     .unwrap_or_default();
                 let sdk = header("user-agent:").is_some_and(|u| u.contains("aws-sdk-rust"));
                 let _ = tx.send((akid, sdk));
-                let _ = c.write_all(
-                    b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
-                );
+                let answer = first.next().unwrap_or_else(|| {
+                    "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n".into()
+                });
+                let _ = c.write_all(answer.as_bytes());
             }
         });
         (port, rx)
@@ -949,14 +1018,23 @@ mod tests {
         res.pop().unwrap()
     }
 
-    async fn storage(port: u16, provider: Rotating) -> S3Storage {
-        let cfg = S3Config::for_endpoint(
+    async fn storage(port: u16, provider: impl ProvideCredentials + 'static) -> S3Storage {
+        storage_on(port, provider, DataPath::Direct).await
+    }
+
+    async fn storage_on(
+        port: u16,
+        provider: impl ProvideCredentials + 'static,
+        path: DataPath,
+    ) -> S3Storage {
+        let mut cfg = S3Config::for_endpoint(
             &format!("http://127.0.0.1:{port}"),
             "scripted",
             "garage",
             "unused",
             "unused",
         );
+        cfg.s3_data_path = path;
         let provider = SharedCredentialsProvider::new(provider);
         S3Storage::open_with(&cfg, NameFormat::default(), 0, None, Some(provider))
             .await
@@ -1026,78 +1104,175 @@ mod tests {
         });
     }
 
-    fn breaker(cooldown: Duration) -> Breaker {
-        Breaker {
-            state: BreakerState::Closed,
-            failures: 0,
-            cooldown,
-            opened: 0,
-            fast_failures: 0,
-            metrics: crate::metrics::AdapterMetrics::off(),
+    /// A request whose credentials are refused (`ExpiredToken`, `InvalidAccessKeyId`, …)
+    /// fetches fresh ones from the source and is retried once with them; the storage then
+    /// signs later requests with them too.
+    #[test]
+    fn refused_credentials_are_fetched_again_and_the_request_retried() {
+        for code in ["ExpiredToken", "InvalidAccessKeyId", "TokenRefreshRequired"] {
+            block_on(async {
+                let body = format!("<Error><Code>{code}</Code><Message>no</Message></Error>");
+                let refused = format!(
+                    "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let (port, seen) = recording_server_answering(vec![refused]);
+                let calls = Arc::new(AtomicUsize::new(0));
+                let mut st = storage(
+                    port,
+                    Rotating {
+                        calls: calls.clone(),
+                        answers: vec![
+                            ("akidold", Duration::from_secs(3600)),
+                            ("akidnew", Duration::from_secs(3600)),
+                        ],
+                    },
+                )
+                .await;
+                put_one(&mut st, 0).await.unwrap();
+                assert_eq!(seen.recv().unwrap(), ("akidold".into(), false), "{code}");
+                assert_eq!(seen.recv().unwrap(), ("akidnew".into(), false), "{code}");
+                assert_eq!(calls.load(Ordering::SeqCst), 2, "{code}: one refresh");
+                put_one(&mut st, 1).await.unwrap();
+                assert_eq!(seen.recv().unwrap().0, "akidnew", "{code}: adopted");
+                assert_eq!(st.details()["direct_credentials"]["refreshes"], 1);
+            });
         }
     }
 
+    /// A source that only ever hands out credentials within [`REFRESH_AHEAD`] of expiry is
+    /// asked again after [`REFRESH_RETRY`], not at every request.
     #[test]
-    fn opens_after_three_connection_failures() {
-        let mut b = breaker(Duration::from_secs(60));
-        b.record(0, 2, 0);
-        assert_eq!(b.name(), "closed");
-        b.record(0, 1, 0);
-        assert_eq!(b.name(), "open");
-        assert!(b.admit().is_err());
-        assert_eq!(b.fast_failures, 1);
+    fn short_lived_credentials_are_not_refreshed_at_every_request() {
+        block_on(async {
+            let (port, seen) = recording_server();
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage(
+                port,
+                Rotating {
+                    calls: calls.clone(),
+                    answers: vec![("akidshort", Duration::from_secs(120))],
+                },
+            )
+            .await;
+            for i in 0..30 {
+                put_one(&mut st, i).await.unwrap();
+                seen.recv().unwrap();
+            }
+            let n = calls.load(Ordering::SeqCst);
+            assert!(n <= 3, "the source was asked {n} times for 30 requests");
+        });
     }
 
-    /// Requests refused while the probe is in flight must not close the breaker: only the
-    /// probe's outcome decides (before this was fixed, the first refused request closed it, and
-    /// requests went to the dead store again, slowly, until three more failures).
+    /// On the SDK path too, a request whose credentials are refused is retried once with
+    /// credentials fetched again from the source (through a config override: the SDK's
+    /// identity cache keeps the ones it holds).
     #[test]
-    fn refused_requests_do_not_close_a_half_open_breaker() {
-        let mut b = breaker(Duration::ZERO);
-        b.record(0, 3, 0);
-        assert_eq!(b.name(), "open");
-        assert!(
-            b.admit().is_ok(),
-            "the probe goes through after the cooldown"
-        );
-        assert_eq!(b.name(), "half-open");
-        assert!(b.admit().is_err(), "others wait for the probe");
-        b.record(0, 0, 1);
-        assert_eq!(b.name(), "half-open");
-        // The probe fails: open again.
-        b.record(0, 1, 0);
-        assert_eq!(b.name(), "open");
-        // Next probe reaches the store (a 404 or 5xx counts): closed.
-        assert!(b.admit().is_ok());
-        b.record(0, 0, 0);
-        assert_eq!(b.name(), "closed");
-        assert_eq!(b.failures, 0);
+    fn refused_credentials_on_the_sdk_path_are_fetched_again() {
+        block_on(async {
+            let body = "<Error><Code>ExpiredToken</Code><Message>expired</Message></Error>";
+            let refused = format!(
+                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let (port, seen) = recording_server_answering(vec![refused]);
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage_on(
+                port,
+                Rotating {
+                    calls: calls.clone(),
+                    answers: vec![
+                        ("akidold", Duration::from_secs(3600)),
+                        ("akidnew", Duration::from_secs(3600)),
+                    ],
+                },
+                DataPath::Sdk,
+            )
+            .await;
+            put_one(&mut st, 0).await.unwrap();
+            assert_eq!(seen.recv().unwrap(), ("akidold".into(), true));
+            assert_eq!(seen.recv().unwrap(), ("akidnew".into(), true));
+            assert_eq!(calls.load(Ordering::SeqCst), 2);
+        });
     }
 
-    /// The breaker's state and transitions reach its metrics.
+    /// A credential source that panics on its second call, never answers its third, and
+    /// answers after that.
+    #[derive(Debug)]
+    struct Unruly {
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl ProvideCredentials for Unruly {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            let n = self.calls.fetch_add(1, Ordering::SeqCst);
+            future::ProvideCredentials::new(async move {
+                match n {
+                    0 => {}
+                    1 => panic!("credential source panicked (on purpose, in a test)"),
+                    2 => std::future::pending::<()>().await,
+                    _ => {
+                        return Ok(Credentials::new(
+                            "akidlater",
+                            "secret",
+                            Some("token".into()),
+                            Some(SystemTime::now() + Duration::from_secs(3600)),
+                            "test",
+                        ))
+                    }
+                }
+                Ok(Credentials::new(
+                    "akidfirst",
+                    "secret",
+                    Some("token".into()),
+                    Some(SystemTime::now() + Duration::from_secs(120)),
+                    "test",
+                ))
+            })
+        }
+    }
+
+    /// A background refresh that panics, then one that hangs, cannot wedge the direct path:
+    /// requests go on with the current credentials, the panic counts as a failed refresh, the
+    /// hung one is abandoned after its deadline, and the next refresh lands.
     #[test]
-    fn breaker_state_and_transitions_are_metrics() {
-        let mut registry = prometheus_client::registry::Registry::default();
-        let metrics = crate::metrics::Metrics::register(&mut registry);
-        let mut b = breaker(Duration::ZERO);
-        b.metrics = metrics.adapter(0, "s3", None);
-        let read = |registry: &prometheus_client::registry::Registry, name: &str| -> String {
-            let mut text = String::new();
-            prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
-            text.lines()
-                .find(|l| l.starts_with(name))
-                .and_then(|l| l.rsplit_once(' '))
-                .map(|(_, v)| v.to_owned())
-                .unwrap_or_default()
-        };
-        b.record(0, 3, 0);
-        assert_eq!(read(&registry, "kvtier_breaker_state{"), "1");
-        assert_eq!(read(&registry, "kvtier_healthy{"), "0");
-        assert!(b.admit().is_ok());
-        assert_eq!(read(&registry, "kvtier_breaker_state{"), "2");
-        b.record(1, 0, 0);
-        assert_eq!(read(&registry, "kvtier_breaker_state{"), "0");
-        assert_eq!(read(&registry, "kvtier_breaker_transitions_total{"), "3");
-        assert_eq!(read(&registry, "kvtier_healthy{"), "1");
+    fn a_refresh_that_panics_or_hangs_does_not_wedge_the_direct_path() {
+        block_on(async {
+            let (port, seen) = recording_server();
+            let calls = Arc::new(AtomicUsize::new(0));
+            let mut st = storage(
+                port,
+                Unruly {
+                    calls: calls.clone(),
+                },
+            )
+            .await;
+            {
+                let path = st.direct.as_mut().unwrap();
+                path.refresh_retry = Duration::ZERO;
+                path.refresh_deadline = Duration::from_millis(200);
+            }
+            let mut fresh = false;
+            for i in 0..200u32 {
+                put_one(&mut st, (i % 250) as u8).await.unwrap();
+                let (akid, sdk) = seen.recv().unwrap();
+                assert!(!sdk, "the direct path carries the data throughout");
+                if akid == "akidlater" {
+                    fresh = true;
+                    break;
+                }
+                assert_eq!(akid, "akidfirst");
+                // Polls the refresh (bounded by the loop), not a wait for an outcome.
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            assert!(fresh, "the adapter stayed wedged: {}", st.details());
+            let d = st.details();
+            assert_eq!(d["direct_credentials"]["refresh_failures"], 2, "{d}");
+            assert_eq!(d["direct_credentials"]["refreshing"], false, "{d}");
+            assert_eq!(calls.load(Ordering::SeqCst), 4);
+        });
     }
 }
