@@ -206,3 +206,24 @@ async fn every_policy_evicts_under_the_watermark() {
         tier.shutdown();
     }
 }
+
+/// A burst far past the capacity is caught up in one round with the byte unit: `SLRU` and
+/// `FLRU` evict 2 % of the bytes per round, which alone would take a round per key here (and
+/// fall behind a fast writer in production).
+#[actix_rt::test]
+async fn a_byte_round_catches_up_with_a_burst() {
+    use kvtier::actors::eviction::GetEvictionStats;
+    for p in [EvictionPolicy::Slru, EvictionPolicy::Flru] {
+        let tier = start(1000, EvictionConfig::with_policy(p)).await;
+        let keys: Vec<ObjectKey> = (0..30).map(|i| skey("", i)).collect();
+        let data = (0..30).map(|i| payload(i, 100)).collect();
+        tier.store(keys, data).await.unwrap();
+        tier.evictor().send(WhenIdle(0)).await.unwrap();
+        let u = tier.usage().await.unwrap().adapters[0].clone();
+        // Down to at most 0.98 × 1000 × (1 − 0.02) = 960.4 bytes: 9 keys of 100.
+        assert_eq!(u.used_bytes, 900, "{p:?}");
+        let stats = tier.evictor().send(GetEvictionStats).await.unwrap();
+        assert_eq!(stats[0].1.rounds, 1, "{p:?}: {stats:?}");
+        tier.shutdown();
+    }
+}

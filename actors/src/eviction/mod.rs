@@ -102,6 +102,12 @@ impl Pressure<'_> {
 
 /// LMCache's global rule: nothing under the watermark; else one group of `victims` sized by
 /// `eviction_ratio` of the `tracked` keys (or of the used bytes, with `eviction_unit = "bytes"`).
+///
+/// With `eviction_unit = "bytes"` a round also catches up: when stores outran eviction and the
+/// usage is past the watermark, it frees at least down to where a round started exactly at the
+/// watermark would end (`watermark × capacity × (1 − ratio)`). Without that, small rounds (the
+/// 2 % of `SLRU` and `FLRU`) fall behind a fast writer, one round per store batch, and the tier
+/// grows past its capacity. The `keys` unit keeps LMCache's rule exactly.
 pub fn global_round<'a>(
     victims: impl Iterator<Item = &'a ObjectKey>,
     tracked: usize,
@@ -112,16 +118,15 @@ pub fn global_round<'a>(
         return Vec::new();
     }
     let c = pressure.config;
-    ratio_group(
-        victims,
-        tracked,
-        pressure.used_bytes,
-        c.eviction_ratio,
-        c.eviction_unit,
-        book,
-    )
-    .into_iter()
-    .collect()
+    let used = pressure.used_bytes;
+    let mut ratio = c.eviction_ratio;
+    if c.eviction_unit == EvictionUnit::Bytes && used > 0 && ratio > 0.0 {
+        let floor = c.trigger_watermark * pressure.capacity_bytes as f64 * (1.0 - ratio);
+        ratio = ratio.max((used as f64 - floor) / used as f64).min(1.0);
+    }
+    ratio_group(victims, tracked, used, ratio, c.eviction_unit, book)
+        .into_iter()
+        .collect()
 }
 
 /// One group over `victims`: `floor(keys × ratio)` keys (unit `keys`) or enough keys to free
