@@ -141,16 +141,22 @@ struct StoreBatch {
 }
 
 /// What a lookup needs to know when its probes return: whether a deletion of one of its keys
-/// started after they were sent. A probe that saw the object before such a deletion must not
-/// lock it (the load would miss a locked key), whether the deletion has ended by then or not.
-/// Only deletions started while a probe is in flight are remembered, so this stays small.
+/// started after they were sent, and whether a write of one started or ended since. A probe
+/// that saw the object before such a deletion must not lock it (the load would miss a locked
+/// key), whether the deletion has ended by then or not. A probe that raced a write may have
+/// seen the object before or after it, so its size must not overwrite the ledger's (which
+/// follows the writes). Only deletions and writes seen while a probe is in flight are
+/// remembered, so this stays small.
 #[derive(Debug, Default)]
 struct Probes {
     in_flight: u32,
-    /// Counts deletions started; a probe remembers the count at its start.
+    /// Counts deletions started and writes started or ended; a probe remembers the count at
+    /// its start.
     epoch: u64,
     /// Keys whose deletion started while a probe was in flight, with the epoch it started in.
     deleted: KeyMap<u64>,
+    /// Keys whose write started or ended while a probe was in flight, with the latest epoch.
+    written: KeyMap<u64>,
 }
 
 impl Probes {
@@ -170,6 +176,21 @@ impl Probes {
         }
     }
 
+    /// Writes of `keys` start or end.
+    fn writing<'a>(&mut self, keys: impl Iterator<Item = &'a ObjectKey>) {
+        self.epoch += 1;
+        if self.in_flight > 0 {
+            for k in keys {
+                self.written.insert(k.clone(), self.epoch);
+            }
+        }
+    }
+
+    /// Whether a write of `key` started or ended after the probe that started at `since`.
+    fn written_since(&self, key: &ObjectKey, since: u64) -> bool {
+        self.written.get(key).is_some_and(|&e| e > since)
+    }
+
     /// Whether a deletion of `key` started after the probe that started at `since`.
     fn deleted_since(&self, key: &ObjectKey, since: u64) -> bool {
         self.deleted.get(key).is_some_and(|&e| e > since)
@@ -180,6 +201,7 @@ impl Probes {
         self.in_flight -= 1;
         if self.in_flight == 0 {
             self.deleted.clear();
+            self.written.clear();
         }
     }
 }
@@ -340,6 +362,7 @@ impl BackendActor {
             sizes.push(obj.len() as u64);
             puts.push((key, obj));
         }
+        self.probes.writing(keys.iter());
         let io = self.storage.put(puts);
         match self.now_or_later(io) {
             Ok(results) => self.finish_items(owners, keys, sizes, results, ctx),
@@ -367,6 +390,7 @@ impl BackendActor {
         for key in &keys {
             self.storing.remove(key);
         }
+        self.probes.writing(keys.iter());
         let mut ok_keys = Vec::with_capacity(keys.len());
         let mut ok_sizes = Vec::with_capacity(keys.len());
         let mut complete = Vec::new();
@@ -747,10 +771,13 @@ impl Handler<LookupAndLock> for BackendActor {
                         hits.set(i, true);
                         act.lock(&key);
                         // A size the ledger has needs no update (nor a change count). Answered
-                        // at once, the ledger cannot have changed since it was read.
+                        // at once, the ledger cannot have changed since it was read. A probe
+                        // that raced a write of the key leaves the ledger to the write.
                         let unchanged = ledger_size == Some(size)
                             && (immediate || act.ledger.sizes.get(&key) == Some(&size));
-                        if !unchanged && act.ledger.insert(&key, size) {
+                        let raced = act.storing.contains(&key)
+                            || act.probes.written_since(&key, since);
+                        if !unchanged && !raced && act.ledger.insert(&key, size) {
                             found.push(key.clone());
                             found_sizes.push(size);
                         }
