@@ -896,7 +896,9 @@ fn fs_model() -> impl Strategy<Value = String> {
         Just("0x".to_owned()),
         Just("..".to_owned()),
         "[a-zA-Z0-9._]{1,4}",
-        any::<char>().prop_filter("no '@', no NUL", |c| *c != '@' && *c != '\0').prop_map(String::from),
+        any::<char>()
+            .prop_filter("no '@', no NUL", |c| *c != '@' && *c != '\0')
+            .prop_map(String::from),
     ];
     prop::collection::vec(piece, 1..8).prop_map(|p| p.concat())
 }
@@ -958,7 +960,9 @@ fn fs_file_names_round_trip_and_match_lmcache() {
                 assert!(f.contains("@~0x"), "escaped: {f:?}");
             }
             // Another model, same rest: another file (one name, one key).
-            let twin = ObjectKey::new(&other, rank, hash).unwrap().with_group(group);
+            let twin = ObjectKey::new(&other, rank, hash)
+                .unwrap()
+                .with_group(group);
             let twin = match &salt {
                 Some(s) => twin.with_salt(s).unwrap(),
                 None => twin,

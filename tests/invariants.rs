@@ -593,12 +593,13 @@ fn race_payload(id: u64, len: usize) -> Bytes {
 
 async fn race_case(rounds: Vec<Vec<Req>>) -> Result<(), TestCaseError> {
     let dir = tempfile::tempdir().unwrap();
-    let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::fs(dir.path())]))
-        .await
-        .unwrap();
-    let name = |i: u8| {
-        kvtier::actors::backends::fs::file_name(&race_key(i), kvtier::NameFormat::Seed)
-    };
+    let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::fs(
+        dir.path(),
+    )]))
+    .await
+    .unwrap();
+    let name =
+        |i: u8| kvtier::actors::backends::fs::file_name(&race_key(i), kvtier::NameFormat::Seed);
     let mut next_id = 0u64;
     // Every item stored so far: (id, key index, length).
     let mut written: Vec<(u64, u8, usize)> = Vec::new();
@@ -656,7 +657,10 @@ async fn race_case(rounds: Vec<Vec<Req>>) -> Result<(), TestCaseError> {
             for entry in std::fs::read_dir(dir.path()).unwrap() {
                 let entry = entry.unwrap();
                 let fname = entry.file_name().into_string().unwrap();
-                prop_assert!(!fname.ends_with(".tmp"), "a temporary file is left: {fname}");
+                prop_assert!(
+                    !fname.ends_with(".tmp"),
+                    "a temporary file is left: {fname}"
+                );
                 let Some(k) = (0..3).find(|&i| name(i) == fname) else {
                     return Err(TestCaseError::fail(format!("unexpected file {fname}")));
                 };

@@ -459,7 +459,10 @@ async fn a_store_waits_for_the_delete_in_flight() {
         })
         .await
         .unwrap();
-    assert!(loaded.hits.get(0), "the object stored after the delete is there");
+    assert!(
+        loaded.hits.get(0),
+        "the object stored after the delete is there"
+    );
     assert_eq!(&loaded.buffers[0][..], &payload(7, 48)[..]);
 }
 

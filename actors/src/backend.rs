@@ -367,12 +367,10 @@ impl BackendActor {
         match self.now_or_later(io) {
             Ok(results) => self.finish_items(owners, keys, sizes, results, ctx),
             Err(fut) => {
-                ctx.spawn(
-                    wrap_future::<_, Self>(fut).map(move |finish, act, ctx| {
-                        let results = finish(act.storage_any());
-                        act.finish_items(owners, keys, sizes, results, ctx)
-                    }),
-                );
+                ctx.spawn(wrap_future::<_, Self>(fut).map(move |finish, act, ctx| {
+                    let results = finish(act.storage_any());
+                    act.finish_items(owners, keys, sizes, results, ctx)
+                }));
             }
         }
     }
@@ -395,7 +393,20 @@ impl BackendActor {
         let mut ok_sizes = Vec::with_capacity(keys.len());
         let mut complete = Vec::new();
         let items = owners.into_iter().zip(keys.iter().cloned()).zip(sizes);
+        // A storage that answers fewer items than it was given fails the rest (every item
+        // must end, or its store would never be answered).
+        let results = results
+            .into_iter()
+            .map(Some)
+            .chain(std::iter::repeat_with(|| None));
         for (((id, key), size), res) in items.zip(results) {
+            let res = res.unwrap_or_else(|| {
+                Err(BackendError::new(
+                    ErrorKind::Other,
+                    "put",
+                    "the storage gave no result for this item",
+                ))
+            });
             let failure = res.err().map(|e| (e.kind(), self.context(&e)));
             let Some(batch) = self.batches.get_mut(&id) else {
                 continue;
@@ -659,9 +670,8 @@ impl Handler<Store> for BackendActor {
                 continue;
             }
             if obj.is_empty() {
-                let error = self.context(&BackendError::invalid(
-                    "empty object (chunks must be full)",
-                ));
+                let error =
+                    self.context(&BackendError::invalid("empty object (chunks must be full)"));
                 outcome.failed.push(FailedKey {
                     key,
                     kind: ErrorKind::Invalid,

@@ -198,7 +198,15 @@ mod tests {
 
     #[test]
     fn no_key_names_a_path_outside() {
-        for model in ["..", "../../etc", "/abs", "a/../../b", ".", "-SEP-/..", "%2F.."] {
+        for model in [
+            "..",
+            "../../etc",
+            "/abs",
+            "a/../../b",
+            ".",
+            "-SEP-/..",
+            "%2F..",
+        ] {
             let key = ObjectKey::new(model, 0, vec![1u8]).unwrap();
             let name = file_name(&key, NameFormat::Seed);
             assert!(!name.contains('/'), "{name}");
