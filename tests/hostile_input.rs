@@ -14,6 +14,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use bytes::BytesMut;
+use kvtier::actors::backends::fs::name::lmcache_round_trips;
 use kvtier::actors::backends::fs::{file_name, parse_file_name};
 use kvtier::actors::backends::hfbucket::{BucketHandle, HandleError};
 use kvtier::actors::key::MAX_SALT_CHARS;
@@ -219,9 +220,7 @@ fn fuzz_keys_and_salts() {
                     let f = file_name(&k, NameFormat::Seed);
                     assert!(!f.contains('/') && f.ends_with(".data"), "{f:?}");
                     assert_eq!(Path::new("/b").join(&f).parent(), Some(Path::new("/b")));
-                    if !model.contains("-SEP-") {
-                        assert_eq!(parse_file_name(&f, NameFormat::Seed), Some(k.with_group(0)));
-                    }
+                    assert_eq!(parse_file_name(&f, NameFormat::Seed), Some(k.with_group(0)));
                     true
                 }
                 (got, _) => panic!("salt {salt:?}: {got:?}"),
@@ -880,4 +879,100 @@ async fn fs_keys_cannot_escape_the_base_directory() {
     let loaded = tier.load(ok.clone(), bufs).await;
     assert!(loaded.hits.all(), "{}", loaded.hits);
     tier.shutdown();
+}
+
+/// Model names built from the pieces that matter to `fs` file names: LMCache's `-SEP-` (how it
+/// writes `/`), `/`, parts of both, kvtier's escapes and rank marks, dots, and any character.
+fn fs_model() -> impl Strategy<Value = String> {
+    let piece = prop_oneof![
+        Just("-SEP-".to_owned()),
+        Just("/".to_owned()),
+        Just("SEP".to_owned()),
+        Just("-".to_owned()),
+        Just("%".to_owned()),
+        Just("%2F".to_owned()),
+        Just("%25".to_owned()),
+        Just("~0x".to_owned()),
+        Just("0x".to_owned()),
+        Just("..".to_owned()),
+        "[a-zA-Z0-9._]{1,4}",
+        any::<char>()
+            .prop_filter("no '@', no NUL", |c| *c != '@' && *c != '\0')
+            .prop_map(String::from),
+    ];
+    prop::collection::vec(piece, 1..8).prop_map(|p| p.concat())
+}
+
+/// LMCache 0.5.6's `fs` file name of a key (`_object_key_to_filename`), written here from its
+/// definition: `/` as `-SEP-`, `0x`-prefixed rank, group, hash, salt.
+fn lmcache_fs_name(k: &ObjectKey) -> String {
+    let mut s = format!(
+        "{}@0x{:08x}@{:x}@{}",
+        k.model_name().replace('/', "-SEP-"),
+        k.kv_rank(),
+        k.object_group_id(),
+        k.chunk_hash()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect::<String>()
+    );
+    if let Some(salt) = k.cache_salt() {
+        s = format!("{s}@{salt}");
+    }
+    s + ".data"
+}
+
+/// Every model name round-trips through `fs` file names (both formats), the separator
+/// `-SEP-` included; names LMCache itself reads back get exactly LMCache's file name; two
+/// different keys never share a file; no name leaves the directory.
+#[test]
+fn fs_file_names_round_trip_and_match_lmcache() {
+    fuzz(
+        "fs_file_names_round_trip_and_match_lmcache",
+        CASES,
+        (
+            fs_model(),
+            fs_model(),
+            any::<u32>(),
+            prop::collection::vec(any::<u8>(), 1..8),
+            prop::option::of("[a-z0-9._-]{1,8}"),
+            0u32..3,
+        ),
+        Both::Required,
+        |(model, other, rank, hash, salt, group)| {
+            let key = ObjectKey::new(&model, rank, hash.clone()).unwrap();
+            let key = match &salt {
+                Some(s) => key.with_salt(s).unwrap(),
+                None => key,
+            };
+            let grouped = key.clone().with_group(group);
+            let lm_reads_back = model.replace('/', "-SEP-").replace("-SEP-", "/") == model;
+            assert_eq!(lmcache_round_trips(&model), lm_reads_back, "{model:?}");
+            for (k, fmt) in [(&key, NameFormat::Seed), (&grouped, NameFormat::Grouped)] {
+                let f = file_name(k, fmt);
+                assert!(!f.contains('/') && f.ends_with(".data"), "{f:?}");
+                assert_eq!(parse_file_name(&f, fmt).as_ref(), Some(k), "{f:?}");
+            }
+            let f = file_name(&grouped, NameFormat::Grouped);
+            if lm_reads_back {
+                assert_eq!(f, lmcache_fs_name(&grouped), "LMCache's own name");
+            } else {
+                assert!(f.contains("@~0x"), "escaped: {f:?}");
+            }
+            // Another model, same rest: another file (one name, one key).
+            let twin = ObjectKey::new(&other, rank, hash)
+                .unwrap()
+                .with_group(group);
+            let twin = match &salt {
+                Some(s) => twin.with_salt(s).unwrap(),
+                None => twin,
+            };
+            assert_eq!(
+                file_name(&twin, NameFormat::Grouped) == f,
+                other == model,
+                "{model:?} and {other:?}"
+            );
+            lm_reads_back
+        },
+    );
 }

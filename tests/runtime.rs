@@ -164,7 +164,11 @@ struct Gated {
     gate: Option<flume::Receiver<()>>,
     /// Gates the replies to probes (lookups), when set.
     probe_gate: Option<flume::Receiver<()>>,
+    /// Gates the replies to removals, when set.
+    remove_gate: Option<flume::Receiver<()>>,
     objects: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    /// Writes that reached the store (items of `put`).
+    puts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Gated {
@@ -177,9 +181,22 @@ impl Gated {
             inner: kvtier::actors::backends::memory::MemoryStorage::new(Default::default()),
             gate,
             probe_gate,
+            remove_gate: None,
             objects: objects.clone(),
+            puts: Default::default(),
         };
         (storage, objects)
+    }
+
+    /// The same, with the replies to removals waiting for `gate`.
+    fn with_remove_gate(mut self, gate: flume::Receiver<()>) -> Self {
+        self.remove_gate = Some(gate);
+        self
+    }
+
+    /// The count of writes that reached the store.
+    fn puts(&self) -> std::sync::Arc<std::sync::atomic::AtomicUsize> {
+        self.puts.clone()
     }
 }
 
@@ -206,6 +223,7 @@ impl kvtier::actors::Storage for Gated {
         &mut self,
         items: Vec<(kvtier::ObjectKey, bytes::Bytes)>,
     ) -> kvtier::actors::storage::Io<Vec<Result<(), kvtier::actors::BackendError>>> {
+        self.puts.fetch_add(items.len(), SeqCst);
         let res = ready(self.inner.put(items));
         let n = self.count();
         self.objects.store(n, SeqCst);
@@ -233,10 +251,10 @@ impl kvtier::actors::Storage for Gated {
     ) -> kvtier::actors::storage::Io<
         Vec<Result<kvtier::actors::storage::Removed, kvtier::actors::BackendError>>,
     > {
-        let r = self.inner.remove(keys);
+        let r = ready(self.inner.remove(keys));
         let n = self.count();
         self.objects.store(n, SeqCst);
-        r
+        after_gate(&self.remove_gate, r)
     }
     fn list(
         &mut self,
@@ -383,4 +401,116 @@ async fn a_probe_that_raced_a_delete_does_not_lock() {
         .await
         .unwrap();
     assert!(loaded.hits.get(0), "a locked key loads");
+}
+
+/// A store of a key whose delete is in flight waits for the delete to end, then writes: it
+/// never fails with "key is being deleted", and the object is there afterwards. (Before the
+/// backend actor queued such stores, this store failed at once.)
+#[actix_rt::test]
+async fn a_store_waits_for_the_delete_in_flight() {
+    use actix::Actor;
+    use kvtier::actors::{BackendActor, Delete, GetUsage};
+    let (open, gate) = flume::unbounded();
+    let (storage, objects) = Gated::new(None, None);
+    let storage = storage.with_remove_gate(gate);
+    let puts = storage.puts();
+    let actor = BackendActor::new(0, Box::new(storage), 0, Vec::new()).start();
+    let first = actor
+        .send(Store {
+            keys: vec![key(1), key(2)],
+            objects: vec![payload(1, 32), payload(2, 32)],
+        })
+        .await
+        .unwrap();
+    assert!(first.success());
+    // The delete reaches the store and waits for the gate to answer.
+    let del = actix_rt::spawn(actor.send(Delete {
+        keys: vec![key(1)],
+        adapter: None,
+    }));
+    // Handled after the delete (one mailbox, in order), with a new size, and beside a key that
+    // is free: that one is written at once.
+    let store = actix_rt::spawn(actor.send(Store {
+        keys: vec![key(1), key(3)],
+        objects: vec![payload(7, 48), payload(3, 32)],
+    }));
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(objects.load(SeqCst), 2, "key 1 removed, key 3 written");
+    assert_eq!(puts.load(SeqCst), 3, "key 1's write waits for the delete");
+    assert_eq!(usage.adapters[0].keys, 3, "the delete has not ended");
+    open.send(()).unwrap();
+    let del = del.await.unwrap().unwrap();
+    assert_eq!(del.adapters[0].1, vec![key(1)]);
+    let stored = store.await.unwrap().unwrap();
+    assert!(stored.success(), "{stored:?}");
+    let out = &stored.adapters[0].1;
+    assert_eq!((out.stored, out.new_bytes), (2, 48 + 32));
+    assert_eq!(puts.load(SeqCst), 4);
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(
+        (usage.adapters[0].keys, usage.adapters[0].used_bytes),
+        (3, 48 + 32 + 32),
+        "the ledger holds the new object"
+    );
+    let loaded = actor
+        .send(Load {
+            keys: vec![key(1)],
+            buffers: vec![BytesMut::zeroed(48).into()],
+        })
+        .await
+        .unwrap();
+    assert!(
+        loaded.hits.get(0),
+        "the object stored after the delete is there"
+    );
+    assert_eq!(&loaded.buffers[0][..], &payload(7, 48)[..]);
+}
+
+/// Two stores of one key in flight at once reach the store one after the other, in the order
+/// they arrived, so the ledger records the size of the object the store holds. (Before, the
+/// second write went out at once, and the ledger followed whichever reply came last.)
+#[actix_rt::test]
+async fn stores_of_one_key_are_written_in_turn() {
+    use actix::Actor;
+    use kvtier::actors::{BackendActor, GetUsage};
+    let (open, gate) = flume::unbounded();
+    let (storage, _) = Gated::new(Some(gate), None);
+    let puts = storage.puts();
+    let actor = BackendActor::new(0, Box::new(storage), 0, Vec::new()).start();
+    let a = actix_rt::spawn(actor.send(Store {
+        keys: vec![key(1)],
+        objects: vec![payload(1, 32)],
+    }));
+    // The same key twice in one batch, too: written in turn as well.
+    let b = actix_rt::spawn(actor.send(Store {
+        keys: vec![key(1), key(1)],
+        objects: vec![payload(2, 48), payload(3, 64)],
+    }));
+    actor.send(GetUsage).await.unwrap();
+    assert_eq!(puts.load(SeqCst), 1, "the later writes wait for the first");
+    open.send(()).unwrap();
+    assert!(a.await.unwrap().unwrap().success());
+    actor.send(GetUsage).await.unwrap();
+    assert_eq!(puts.load(SeqCst), 2, "then one more");
+    open.send(()).unwrap();
+    open.send(()).unwrap();
+    let b = b.await.unwrap().unwrap();
+    assert!(b.success(), "{b:?}");
+    assert_eq!(b.adapters[0].1.stored, 2);
+    assert_eq!(puts.load(SeqCst), 3);
+    let usage = actor.send(GetUsage).await.unwrap();
+    assert_eq!(
+        (usage.adapters[0].keys, usage.adapters[0].used_bytes),
+        (1, 64),
+        "the last write is what the store holds"
+    );
+    let loaded = actor
+        .send(Load {
+            keys: vec![key(1)],
+            buffers: vec![BytesMut::zeroed(64).into()],
+        })
+        .await
+        .unwrap();
+    assert!(loaded.hits.get(0));
+    assert_eq!(&loaded.buffers[0][..], &payload(3, 64)[..]);
 }

@@ -8,8 +8,9 @@
 //! descriptors at start and end.
 //!
 //! It asserts what must hold whatever the timing:
-//! - no store fails except as refused while the same key's deletion runs, and no load of a
-//!   key that a lookup found and locked misses (locked keys are never evicted or deleted);
+//! - no store fails (a store of a key whose deletion runs waits for it, so none is refused as
+//!   "being deleted"), and no load of a key that a lookup found and locked misses (locked keys
+//!   are never evicted or deleted);
 //! - every loaded byte is the byte stored;
 //! - no file-descriptor growth beyond a small slack (a leak would show thousands);
 //! - at the end, no key is locked and usage equals the bucket's listing (bytes and keys).
@@ -114,9 +115,8 @@ async fn worker(tier: Rc<Tier>, seed: u64, deadline: Instant, c: Rc<RefCell<Coun
                 for f in &out.failed {
                     if f.error.contains("being deleted") {
                         c.refused_deleting += 1;
-                    } else {
-                        c.store_errors.push(format!("{}: {}", f.key, f.error));
                     }
+                    c.store_errors.push(format!("{}: {}", f.key, f.error));
                 }
             }
             // Lookup, load what was found (bytes compared), unlock.
@@ -368,6 +368,10 @@ async fn soak_mixed_load_with_eviction() {
          MiB; fds start {fds_start}, after the first interval {fds_warm}, end {fds_end}"
     );
 
+    assert_eq!(
+        c.refused_deleting, 0,
+        "stores refused while the key was being deleted"
+    );
     assert!(
         c.store_errors.is_empty(),
         "{} stores failed, e.g. {:?}",

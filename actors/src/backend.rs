@@ -3,10 +3,9 @@
 //!
 //! It owns everything the semantics define, so every backend behaves the same way:
 //! lock reference counts, the usage ledger (total and per cache salt), the set of keys being
-//! deleted (a lookup never locks a key whose deletion is under way, and a store to it is refused
-//! until the deletion ends), the keys being stored (a delete or an eviction skips them until the
-//! write ends, so the two never race at the store and the ledger always follows the last
-//! operation that reached it), the deletions started while a lookup's probes are in flight (a
+//! deleted (a lookup never locks a key whose deletion is under way), the keys being stored (a
+//! delete or an eviction skips them until the write ends), the stores waiting for their key
+//! (see below), the deletions started while a lookup's probes are in flight (a
 //! probe that saw an object before its deletion started never locks it: a locked key always
 //! loads), and the usage events it publishes. Storage I/O runs concurrently;
 //! its results are applied to the actor's state (and, through [`Io::then`], to the storage's)
@@ -16,16 +15,29 @@
 //! eviction actor reads usage from them (it keeps recency only). Load buffers are lent to the
 //! storage ([`crate::buffer::lend`]) and the reply is sent only once every one is back.
 //!
+//! **One write per key at a time.** A key is *busy* while a store or a delete of it is in
+//! flight. A store of a busy key waits: its item joins the key's queue (first come, first
+//! served) and is written when the operation ahead of it ends, so a store never fails because
+//! the key is being deleted, and two stores of one key (from two requests, or twice in one
+//! batch) reach the storage one after the other. The storage therefore sees the key's
+//! operations in the order the ledger applies their results, and the ledger always records the
+//! size of the object the storage holds. A delete or an eviction skips a busy key, or one with
+//! stores waiting (the key is about to be written again). A store's reply is sent once every
+//! one of its items has been written or has failed; its other keys are written meanwhile. No
+//! waiting item can wait forever: each queue only moves forward when an operation ends, and
+//! every operation in flight ends (the storages bound their own I/O).
+//!
 //! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
 //! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
 //! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
 
 use std::any::Any;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::Arc;
 
 use actix::fut::wrap_future;
 use actix::prelude::*;
+use bytes::Bytes;
 
 use crate::buffer::{lend, Homecoming, LoadBuf};
 use crate::key::{KeyMap, KeySet, NameFormat, ObjectKey};
@@ -95,8 +107,13 @@ pub struct BackendActor {
     locks: KeyMap<u32>,
     ledger: Ledger,
     deleting: KeySet,
-    /// Keys with a write in flight, and how many.
-    storing: KeyMap<u32>,
+    /// Keys with a write in flight (at most one per key, see the module docs).
+    storing: KeySet,
+    /// Store items waiting for their key to be free, per key in arrival order.
+    waiting: KeyMap<VecDeque<(BatchId, Bytes)>>,
+    /// Stores not answered yet, by id.
+    batches: HashMap<BatchId, StoreBatch>,
+    next_batch: BatchId,
     subscribers: Vec<Recipient<UsageEvent>>,
     /// The storage's object name format (see [`BackendActor::with_name_format`]).
     format: NameFormat,
@@ -108,17 +125,38 @@ pub struct BackendActor {
     salts_shown: (Vec<String>, u64),
 }
 
+/// Identifies one [`Store`] request while its items are written.
+type BatchId = u64;
+
+/// A [`Store`] request whose items are being written, possibly in several parts (items of busy
+/// keys wait for them, see the module docs).
+struct StoreBatch {
+    outcome: StoreOutcome,
+    /// Items neither written nor failed yet.
+    left: usize,
+    started: Started,
+    /// Where the report goes once `left` is 0; `None` while the request's handler still runs
+    /// (it then answers itself).
+    reply: Option<tokio::sync::oneshot::Sender<StoreReport>>,
+}
+
 /// What a lookup needs to know when its probes return: whether a deletion of one of its keys
-/// started after they were sent. A probe that saw the object before such a deletion must not
-/// lock it (the load would miss a locked key), whether the deletion has ended by then or not.
-/// Only deletions started while a probe is in flight are remembered, so this stays small.
+/// started after they were sent, and whether a write of one started or ended since. A probe
+/// that saw the object before such a deletion must not lock it (the load would miss a locked
+/// key), whether the deletion has ended by then or not. A probe that raced a write may have
+/// seen the object before or after it, so its size must not overwrite the ledger's (which
+/// follows the writes). Only deletions and writes seen while a probe is in flight are
+/// remembered, so this stays small.
 #[derive(Debug, Default)]
 struct Probes {
     in_flight: u32,
-    /// Counts deletions started; a probe remembers the count at its start.
+    /// Counts deletions started and writes started or ended; a probe remembers the count at
+    /// its start.
     epoch: u64,
     /// Keys whose deletion started while a probe was in flight, with the epoch it started in.
     deleted: KeyMap<u64>,
+    /// Keys whose write started or ended while a probe was in flight, with the latest epoch.
+    written: KeyMap<u64>,
 }
 
 impl Probes {
@@ -138,6 +176,21 @@ impl Probes {
         }
     }
 
+    /// Writes of `keys` start or end.
+    fn writing<'a>(&mut self, keys: impl Iterator<Item = &'a ObjectKey>) {
+        self.epoch += 1;
+        if self.in_flight > 0 {
+            for k in keys {
+                self.written.insert(k.clone(), self.epoch);
+            }
+        }
+    }
+
+    /// Whether a write of `key` started or ended after the probe that started at `since`.
+    fn written_since(&self, key: &ObjectKey, since: u64) -> bool {
+        self.written.get(key).is_some_and(|&e| e > since)
+    }
+
     /// Whether a deletion of `key` started after the probe that started at `since`.
     fn deleted_since(&self, key: &ObjectKey, since: u64) -> bool {
         self.deleted.get(key).is_some_and(|&e| e > since)
@@ -148,6 +201,7 @@ impl Probes {
         self.in_flight -= 1;
         if self.in_flight == 0 {
             self.deleted.clear();
+            self.written.clear();
         }
     }
 }
@@ -168,7 +222,10 @@ impl BackendActor {
             locks: KeyMap::default(),
             ledger: Ledger::default(),
             deleting: KeySet::default(),
-            storing: KeyMap::default(),
+            storing: KeySet::default(),
+            waiting: KeyMap::default(),
+            batches: HashMap::new(),
+            next_batch: 0,
             subscribers,
             format: NameFormat::default(),
             probes: Probes::default(),
@@ -220,27 +277,34 @@ impl BackendActor {
     fn respond<T: 'static, R: 'static>(
         &mut self,
         io: Io<T>,
-        done: impl FnOnce(T, &mut Self) -> R + 'static,
+        ctx: &mut Context<Self>,
+        done: impl FnOnce(T, &mut Self, &mut Context<Self>) -> R + 'static,
     ) -> ActorResponse<Self, R> {
         match self.now_or_later(io) {
-            Ok(v) => ActorResponse::reply(done(v, self)),
+            Ok(v) => ActorResponse::reply(done(v, self, ctx)),
             Err(fut) => ActorResponse::r#async(Box::pin(wrap_future::<_, Self>(fut).map(
-                move |finish, act, _| {
+                move |finish, act, ctx| {
                     let v = finish(act.storage_any());
-                    done(v, act)
+                    done(v, act, ctx)
                 },
             ))),
         }
     }
 
+    /// Whether a store or a delete of `key` is in flight (a store of it must wait).
+    fn busy(&self, key: &ObjectKey) -> bool {
+        self.storing.contains(key) || self.deleting.contains(key)
+    }
+
     /// Whether a delete or an eviction may remove `key` now: nameable, not locked, not already
-    /// being deleted, and not being written (a delete racing a write could land before or after
-    /// it at the store, while the ledger would follow whichever reply came last).
+    /// being deleted, not being written (a delete racing a write could land before or after
+    /// it at the store, while the ledger would follow whichever reply came last), and with no
+    /// store waiting for it (the key is about to be written again).
     fn removable(&self, key: &ObjectKey) -> bool {
         self.nameable(key)
             && !self.locks.contains_key(key)
-            && !self.deleting.contains(key)
-            && !self.storing.contains_key(key)
+            && !self.busy(key)
+            && !self.waiting.contains_key(key)
     }
 
     fn lock(&mut self, key: &ObjectKey) {
@@ -282,58 +346,145 @@ impl BackendActor {
         self.metrics.finish(started);
     }
 
-    fn finish_store(
+    /// Writes `items` (each belonging to the store `BatchId`; their keys are already marked as
+    /// being stored) and applies the results when they arrive.
+    fn put_items(&mut self, items: Vec<(BatchId, ObjectKey, Bytes)>, ctx: &mut Context<Self>) {
+        if items.is_empty() {
+            return;
+        }
+        let mut owners = Vec::with_capacity(items.len());
+        let mut keys = Vec::with_capacity(items.len());
+        let mut sizes = Vec::with_capacity(items.len());
+        let mut puts = Vec::with_capacity(items.len());
+        for (id, key, obj) in items {
+            owners.push(id);
+            keys.push(key.clone());
+            sizes.push(obj.len() as u64);
+            puts.push((key, obj));
+        }
+        self.probes.writing(keys.iter());
+        let io = self.storage.put(puts);
+        match self.now_or_later(io) {
+            Ok(results) => self.finish_items(owners, keys, sizes, results, ctx),
+            Err(fut) => {
+                ctx.spawn(wrap_future::<_, Self>(fut).map(move |finish, act, ctx| {
+                    let results = finish(act.storage_any());
+                    act.finish_items(owners, keys, sizes, results, ctx)
+                }));
+            }
+        }
+    }
+
+    /// Applies written items to the ledger and their stores' outcomes, answers the stores that
+    /// are complete, and starts the items that were waiting for these keys.
+    fn finish_items(
         &mut self,
+        owners: Vec<BatchId>,
         keys: Vec<ObjectKey>,
         sizes: Vec<u64>,
         results: Vec<Result<(), BackendError>>,
-        mut outcome: StoreOutcome,
-    ) -> StoreOutcome {
+        ctx: &mut Context<Self>,
+    ) {
         for key in &keys {
-            if let Some(n) = self.storing.get_mut(key) {
-                *n -= 1;
-                if *n == 0 {
-                    self.storing.remove(key);
-                }
-            }
+            self.storing.remove(key);
         }
+        self.probes.writing(keys.iter());
         let mut ok_keys = Vec::with_capacity(keys.len());
         let mut ok_sizes = Vec::with_capacity(keys.len());
-        for ((key, size), res) in keys.into_iter().zip(sizes).zip(results) {
-            match res {
-                Ok(()) => {
-                    outcome.stored_bytes += size;
+        let mut complete = Vec::new();
+        let items = owners.into_iter().zip(keys.iter().cloned()).zip(sizes);
+        // A storage that answers fewer items than it was given fails the rest (every item
+        // must end, or its store would never be answered).
+        let results = results
+            .into_iter()
+            .map(Some)
+            .chain(std::iter::repeat_with(|| None));
+        for (((id, key), size), res) in items.zip(results) {
+            let res = res.unwrap_or_else(|| {
+                Err(BackendError::new(
+                    ErrorKind::Other,
+                    "put",
+                    "the storage gave no result for this item",
+                ))
+            });
+            let failure = res.err().map(|e| (e.kind(), self.context(&e)));
+            let Some(batch) = self.batches.get_mut(&id) else {
+                continue;
+            };
+            match failure {
+                None => {
+                    batch.outcome.stored_bytes += size;
                     if self.ledger.insert(&key, size) {
-                        outcome.new_bytes += size;
+                        batch.outcome.new_bytes += size;
                     }
-                    outcome.stored += 1;
+                    batch.outcome.stored += 1;
                     ok_keys.push(key);
                     ok_sizes.push(size);
                 }
-                Err(e) => {
-                    let error = self.context(&e);
+                Some((kind, error)) => {
                     tracing::warn!(%error, key = %key, "store failed");
-                    outcome.failed.push(FailedKey {
-                        key,
-                        kind: e.kind(),
-                        error,
-                    });
+                    batch.outcome.failed.push(FailedKey { key, kind, error });
                 }
             }
+            batch.left -= 1;
+            if batch.left == 0 && batch.reply.is_some() {
+                complete.push(id);
+            }
         }
+        // Events before replies: a host sees a store's events before its result.
         if !ok_keys.is_empty() {
             self.publish(UsageEventKind::Stored {
                 keys: ok_keys,
                 sizes: ok_sizes,
             });
         }
-        outcome
+        for id in complete {
+            if let Some(batch) = self.batches.remove(&id) {
+                let report = self.end_store(batch.started, batch.outcome);
+                if let Some(tx) = batch.reply {
+                    let _ = tx.send(report);
+                }
+            }
+        }
+        self.start_waiting(keys, ctx);
+    }
+
+    /// Records a finished store and builds its report.
+    fn end_store(&self, started: Started, outcome: StoreOutcome) -> StoreReport {
+        self.record_store(started, &outcome);
+        StoreReport {
+            adapters: vec![(self.index, outcome)],
+        }
+    }
+
+    /// Starts, for each of `freed` that is no longer busy, the first store item waiting for it.
+    fn start_waiting(&mut self, freed: Vec<ObjectKey>, ctx: &mut Context<Self>) {
+        let mut items = Vec::new();
+        for key in freed {
+            if self.busy(&key) {
+                continue;
+            }
+            let Some(queue) = self.waiting.get_mut(&key) else {
+                continue;
+            };
+            let next = queue.pop_front();
+            if queue.is_empty() {
+                self.waiting.remove(&key);
+            }
+            if let Some((id, obj)) = next {
+                self.storing.insert(key.clone());
+                items.push((id, key, obj));
+            }
+        }
+        self.put_items(items, ctx);
     }
 
     /// Marks `keys` as being deleted, removes them, and replies with the keys removed.
+    /// Once the storage has answered, the stores waiting for these keys start.
     fn start_delete<R: 'static>(
         &mut self,
         keys: Vec<ObjectKey>,
+        ctx: &mut Context<Self>,
         reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
     ) -> ActorResponse<Self, R> {
         if keys.is_empty() {
@@ -345,11 +496,12 @@ impl BackendActor {
         self.probes.deleting(keys.iter());
         let started = self.begin(Op::Delete, keys.len(), 0);
         let io = self.storage.remove(keys.clone());
-        self.respond(io, move |results, act| {
-            let removed = act.finish_delete(keys, results);
+        self.respond(io, ctx, move |results, act, ctx| {
+            let removed = act.finish_delete(keys.clone(), results);
             started.outcome(removed.len(), 0);
             act.metrics.deleted(removed.len());
             act.metrics.finish(started);
+            act.start_waiting(keys, ctx);
             reply(removed)
         })
     }
@@ -480,7 +632,7 @@ impl Actor for BackendActor {
 impl Handler<Store> for BackendActor {
     type Result = ActorResponse<Self, StoreReport>;
 
-    fn handle(&mut self, msg: Store, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Store, ctx: &mut Context<Self>) -> Self::Result {
         let mut outcome = StoreOutcome::default();
         let bytes = msg.objects.iter().map(|o| o.len() as u64).sum();
         let started = self.begin(Op::Store, msg.keys.len(), bytes);
@@ -504,9 +656,10 @@ impl Handler<Store> for BackendActor {
                 adapters: vec![(self.index, outcome)],
             });
         }
-        let mut items = Vec::with_capacity(msg.keys.len());
-        let mut keys = Vec::with_capacity(msg.keys.len());
-        let mut sizes = Vec::with_capacity(msg.keys.len());
+        let id = self.next_batch;
+        self.next_batch += 1;
+        let mut now = Vec::with_capacity(msg.keys.len());
+        let mut written = Vec::with_capacity(msg.keys.len());
         for (key, obj) in msg.keys.into_iter().zip(msg.objects) {
             if let Err(e) = self.check_nameable(&key) {
                 outcome.failed.push(FailedKey {
@@ -516,15 +669,9 @@ impl Handler<Store> for BackendActor {
                 });
                 continue;
             }
-            let reject = if obj.is_empty() {
-                Some("empty object (chunks must be full)")
-            } else if self.deleting.contains(&key) {
-                Some("key is being deleted; store it again later")
-            } else {
-                None
-            };
-            if let Some(reason) = reject {
-                let error = self.context(&BackendError::invalid(reason));
+            if obj.is_empty() {
+                let error =
+                    self.context(&BackendError::invalid("empty object (chunks must be full)"));
                 outcome.failed.push(FailedKey {
                     key,
                     kind: ErrorKind::Invalid,
@@ -532,34 +679,64 @@ impl Handler<Store> for BackendActor {
                 });
                 continue;
             }
-            keys.push(key.clone());
-            sizes.push(obj.len() as u64);
-            items.push((key, obj));
-        }
-        if items.is_empty() {
-            self.record_store(started, &outcome);
-            return ActorResponse::reply(StoreReport {
-                adapters: vec![(self.index, outcome)],
-            });
-        }
-        for key in &keys {
-            *self.storing.entry(key.clone()).or_default() += 1;
-        }
-        let io = self.storage.put(items);
-        self.respond(io, move |results, act| {
-            let outcome = act.finish_store(keys, sizes, results, outcome);
-            act.record_store(started, &outcome);
-            StoreReport {
-                adapters: vec![(act.index, outcome)],
+            written.push(key.clone());
+            if self.busy(&key) || self.waiting.contains_key(&key) {
+                // Behind the delete or store in flight (or an earlier item of this batch).
+                self.waiting.entry(key).or_default().push_back((id, obj));
+            } else {
+                self.storing.insert(key.clone());
+                now.push((id, key, obj));
             }
-        })
+        }
+        self.batches.insert(
+            id,
+            StoreBatch {
+                outcome,
+                left: written.len(),
+                started,
+                reply: None,
+            },
+        );
+        self.put_items(now, ctx);
+        if self.batches.get(&id).is_some_and(|b| b.left == 0) {
+            let batch = self.batches.remove(&id).expect("checked above");
+            return ActorResponse::reply(self.end_store(batch.started, batch.outcome));
+        }
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        if let Some(batch) = self.batches.get_mut(&id) {
+            batch.reply = Some(tx);
+        }
+        let index = self.index;
+        ActorResponse::r#async(Box::pin(wrap_future::<_, Self>(async move {
+            rx.await.unwrap_or_else(|_| {
+                // Only when the actor stopped first: whether these writes landed is unknown.
+                let error = format!("adapter #{index}: stopped before the store ended");
+                let failed = written
+                    .into_iter()
+                    .map(|key| FailedKey {
+                        key,
+                        kind: ErrorKind::Unavailable,
+                        error: error.clone(),
+                    })
+                    .collect();
+                StoreReport {
+                    adapters: vec![(
+                        index,
+                        StoreOutcome {
+                            failed,
+                            ..StoreOutcome::default()
+                        },
+                    )],
+                }
+            })
+        })))
     }
 }
 
 impl Handler<LookupAndLock> for BackendActor {
     type Result = ActorResponse<Self, Bitmap>;
 
-    fn handle(&mut self, msg: LookupAndLock, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: LookupAndLock, ctx: &mut Context<Self>) -> Self::Result {
         let n = msg.keys.len();
         let started = self.begin(Op::Lookup, n, 0);
         let mut keys = Vec::with_capacity(n);
@@ -580,7 +757,7 @@ impl Handler<LookupAndLock> for BackendActor {
         let io = self.storage.head(&keys, &known);
         let immediate = !matches!(io.0, IoState::Pending(_));
         let since = self.probes.start();
-        self.respond(io, move |results, act| {
+        self.respond(io, ctx, move |results, act, _| {
             let mut hits = Bitmap::zeros(n);
             let mut found = Vec::new();
             let mut found_sizes = Vec::new();
@@ -604,10 +781,13 @@ impl Handler<LookupAndLock> for BackendActor {
                         hits.set(i, true);
                         act.lock(&key);
                         // A size the ledger has needs no update (nor a change count). Answered
-                        // at once, the ledger cannot have changed since it was read.
+                        // at once, the ledger cannot have changed since it was read. A probe
+                        // that raced a write of the key leaves the ledger to the write.
                         let unchanged = ledger_size == Some(size)
                             && (immediate || act.ledger.sizes.get(&key) == Some(&size));
-                        if !unchanged && act.ledger.insert(&key, size) {
+                        let raced = act.storing.contains(&key)
+                            || act.probes.written_since(&key, since);
+                        if !unchanged && !raced && act.ledger.insert(&key, size) {
                             found.push(key.clone());
                             found_sizes.push(size);
                         }
@@ -769,7 +949,7 @@ impl Handler<Unlock> for BackendActor {
 impl Handler<Delete> for BackendActor {
     type Result = ActorResponse<Self, DeleteReport>;
 
-    fn handle(&mut self, msg: Delete, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Delete, ctx: &mut Context<Self>) -> Self::Result {
         let mut seen = KeySet::default();
         let keys: Vec<ObjectKey> = msg
             .keys
@@ -778,7 +958,7 @@ impl Handler<Delete> for BackendActor {
             .filter(|k| seen.insert(k.clone()))
             .collect();
         let index = self.index;
-        self.start_delete(keys, move |removed| DeleteReport {
+        self.start_delete(keys, ctx, move |removed| DeleteReport {
             adapters: vec![(index, removed.into_iter().map(|(k, _)| k).collect())],
         })
     }
@@ -787,13 +967,13 @@ impl Handler<Delete> for BackendActor {
 impl Handler<Evict> for BackendActor {
     type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
 
-    fn handle(&mut self, msg: Evict, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Evict, ctx: &mut Context<Self>) -> Self::Result {
         let keys = msg.select(|k| {
             let size = *self.ledger.sizes.get(k)?;
             self.removable(k).then_some(size)
         });
         let metrics = self.metrics.clone();
-        self.start_delete(keys, move |removed| {
+        self.start_delete(keys, ctx, move |removed| {
             metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
             removed
         })
@@ -830,14 +1010,14 @@ impl Handler<GetStatus> for BackendActor {
 impl Handler<ListKeys> for BackendActor {
     type Result = ActorResponse<Self, Result<KeyPage, BackendError>>;
 
-    fn handle(&mut self, msg: ListKeys, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: ListKeys, ctx: &mut Context<Self>) -> Self::Result {
         let limit = if msg.page_size == 0 {
             DEFAULT_PAGE_SIZE
         } else {
             msg.page_size
         };
         let io = self.storage.list(msg.model, msg.cursor, limit);
-        self.respond(io, |res, _| res)
+        self.respond(io, ctx, |res, _, _| res)
     }
 }
 

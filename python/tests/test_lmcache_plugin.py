@@ -336,8 +336,8 @@ def test_objects_found_at_start_are_accounted(tmp_path):
 # -- interoperability with LMCache's built-in adapters ----------------------------------------
 
 
-def _interop(kv, lm):
-    model = unique("m/")
+def _interop(kv, lm, model=None):
+    model = model or unique("m/")
     a_keys = keys_for(model, 3)
     a_objs = [mobj(3000, seed=i) for i in range(3)]
     assert store(kv, a_keys, a_objs).is_successful()
@@ -380,6 +380,80 @@ def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path)
                        "create_bucket_if_missing": True})
     assert type(lm).__name__ == "HFBucketL2Adapter"
     _interop(kv, lm)
+
+
+def test_interop_with_lmcache_fs(make_adapter, tmp_path):
+    """One directory, both adapters: a model name with '/' (LMCache's fs adapter writes it as
+    "-SEP-") is found and read both ways, and both list the same keys."""
+    params = {"type": "fs", "base_path": str(tmp_path)}
+    kv = make_adapter(plugin_spec(params))
+    lm = make_adapter({"type": "fs", "base_path": str(tmp_path)})
+    assert type(lm).__name__ == "FSL2Adapter"
+    _interop(kv, lm, model=unique("org/") + "/model-v1")
+    # The names are LMCache's own: its codec reads every file back as the key it holds.
+    from lmcache.v1.distributed.l2_adapters.fs_l2_adapter import _filename_to_object_key
+
+    names = [p.name for p in tmp_path.iterdir() if p.suffix == ".data"]
+    assert len(names) == 6
+    assert all(_filename_to_object_key(n) is not None for n in names), names
+
+
+def test_fs_model_names_containing_lmcache_separator(make_adapter, tmp_path):
+    """A model name containing "-SEP-" (how LMCache's fs adapter writes '/'): LMCache gives
+    `org-SEP-x` the file of `org/x`, and reads it back as `org/x`. kvtier keeps the two apart
+    (an escaped name of its own for `org-SEP-x`, which LMCache's codec skips rather than
+    misreads), reads LMCache's objects of `org/x`, and lists each key under its own model
+    after a restart."""
+    from lmcache.v1.distributed.l2_adapters.fs_l2_adapter import (
+        _filename_to_object_key,
+        _object_key_to_filename,
+    )
+
+    params = {"type": "fs", "base_path": str(tmp_path)}
+    kv = make_adapter(plugin_spec(params))
+    lm = make_adapter({"type": "fs", "base_path": str(tmp_path)})
+    tag = unique("x")
+    sep_model, slash_model = f"org-SEP-{tag}", f"org/{tag}"
+    sep_keys = keys_for(sep_model, 1) + keys_for(sep_model, 1, salt="t", group=2, start=1)
+    slash_keys = keys_for(slash_model, 1) + keys_for(slash_model, 1, salt="t", group=2, start=1)
+    # LMCache's own spelling cannot tell them apart.
+    assert [_object_key_to_filename(k) for k in sep_keys] == [
+        _object_key_to_filename(k) for k in slash_keys]
+    sep_objs = [mobj(2000, seed=i) for i in range(2)]
+    slash_objs = [mobj(3000, seed=10 + i) for i in range(2)]
+    assert store(lm, slash_keys, slash_objs).is_successful()
+    assert store(kv, sep_keys, sep_objs).is_successful()
+
+    names = sorted(p.name for p in tmp_path.iterdir() if p.suffix == ".data")
+    assert len(names) == 4, names
+    decoded = {n: _filename_to_object_key(n) for n in names}
+    # LMCache's files read back as its keys; kvtier's escaped ones are not LMCache names.
+    assert sorted((k for k in decoded.values() if k is not None),
+                  key=lambda k: k.chunk_hash) == slash_keys
+    escaped = [n for n, k in decoded.items() if k is None]
+    assert len(escaped) == 2 and all(n.startswith(sep_model + "@~0x") for n in escaped), names
+
+    # kvtier reads LMCache's objects of the '/' model, and its own of the "-SEP-" model.
+    for keys, objs in ((slash_keys, slash_objs), (sep_keys, sep_objs)):
+        assert lookup(kv, keys) == [True, True]
+        outs = [mobj(o.get_size()) for o in objs]
+        assert load(kv, keys, outs) == [True, True]
+        assert [data(o) for o in outs] == [data(o) for o in objs]
+        kv.submit_unlock(keys)
+    # LMCache's lookup of the "-SEP-" keys lands on the '/' model's files (its own spelling).
+    outs = [mobj(3000) for _ in sep_keys]
+    assert lookup(lm, sep_keys) == [True, True]
+    assert load(lm, sep_keys, outs) == [True, True]
+    assert [data(o) for o in outs] == [data(o) for o in slash_objs]
+    lm.submit_unlock(sep_keys)
+
+    # After a restart kvtier finds every object under its own model.
+    kv.close()
+    again = make_adapter(plugin_spec(params))
+    for model, keys, size in ((sep_model, sep_keys, 2000), (slash_model, slash_keys, 3000)):
+        listed = {(e.key, e.size_bytes) for e in again.list_l2_keys(model_name=model).entries}
+        assert listed == {(k.to_encoded_object_key(), size) for k in keys}, model
+    assert again.get_usage().total_bytes_used == 2 * 2000 + 2 * 3000
 
 
 # -- two controller threads at once -----------------------------------------------------------

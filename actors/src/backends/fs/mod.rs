@@ -2,12 +2,16 @@
 //!
 //! File names follow LMCache's `fs` adapter, so either can read the other's directory:
 //! `<model, '/' as "-SEP-">@0x<kv_rank:08x>[@<group:x>]@<hash hex>[@<salt>].data` (the group
-//! field only with `object_name_format = "grouped"`). No key can name a path outside the
-//! directory: `/` never survives in a name and every name ends in `.data`. Writes go to a
-//! temporary file that is renamed into place, so a crash never leaves a torn object. All file
-//! I/O runs on a [`WorkerPool`]; batches are spread over its threads.
+//! field only with `object_name_format = "grouped"`). A model name that LMCache's spelling
+//! cannot carry (it contains `-SEP-`) gets an escaped spelling of kvtier's own, so every name
+//! parses back to its key (see [`name`]). No key can name a path outside the directory: `/`
+//! never survives in a name and every name ends in `.data`. Writes go to a temporary file
+//! that is renamed into place, so a crash never leaves a torn object; the backend actor sends
+//! one write of a key at a time, so the last write to reach the directory is the one the
+//! ledger records. All file I/O runs on a [`WorkerPool`]; batches are spread over its threads.
 
 mod config;
+pub mod name;
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Write};
@@ -20,6 +24,7 @@ use actix::Addr;
 use bytes::Bytes;
 
 pub use config::FsConfig;
+pub use name::{file_name, parse_file_name};
 
 use super::memory::page_of;
 use crate::buffer::LoadBuf;
@@ -28,35 +33,9 @@ use crate::messages::KeyPage;
 use crate::storage::{answer_known, BackendError, Fetched, Io, Recovered, Removed, Storage};
 use crate::worker_pool::{run_on, JobFailed, WorkerPool};
 
-const SUFFIX: &str = ".data";
 const TMP_SUFFIX: &str = ".tmp";
-const SEP: &str = "-SEP-";
 /// Temporary files older than this are leftovers of a crash and are removed at start-up.
 const STALE_TMP: Duration = Duration::from_secs(60);
-
-/// The file name of a key.
-pub fn file_name(key: &ObjectKey, format: NameFormat) -> String {
-    let mut s = key.model_name().replace('/', SEP);
-    s.push_str(&format!("@0x{:08x}@", key.kv_rank()));
-    if format == NameFormat::Grouped {
-        s.push_str(&format!("{:x}@", key.object_group_id()));
-    }
-    s.push_str(&hex::encode(key.chunk_hash()));
-    if let Some(salt) = key.cache_salt() {
-        s.push('@');
-        s.push_str(salt);
-    }
-    s.push_str(SUFFIX);
-    s
-}
-
-/// Parses a file name written by [`file_name`]; `None` for any other file.
-pub fn parse_file_name(name: &str, format: NameFormat) -> Option<ObjectKey> {
-    let stem = name.strip_suffix(SUFFIX)?;
-    let (model, rest) = stem.split_once("@0x")?;
-    let object_name = format!("{}@{}", model.replace(SEP, "/"), rest);
-    ObjectKey::parse(&object_name, format).ok()
-}
 
 /// Immutable paths and settings shared with worker jobs.
 #[derive(Debug)]
@@ -334,43 +313,5 @@ impl Storage for FsStorage {
             "num_workers": self.workers,
             "fsync": self.paths.fsync,
         })
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_match_lmcache_fs_and_parse_back() {
-        let key = ObjectKey::new("meta-llama/Llama-3", 255, vec![0u8, 1, 2, 3])
-            .unwrap()
-            .with_salt("u1")
-            .unwrap();
-        assert_eq!(
-            file_name(&key, NameFormat::Seed),
-            "meta-llama-SEP-Llama-3@0x000000ff@00010203@u1.data"
-        );
-        assert_eq!(
-            file_name(&key.clone().with_group(2), NameFormat::Grouped),
-            "meta-llama-SEP-Llama-3@0x000000ff@2@00010203@u1.data"
-        );
-        assert_eq!(
-            parse_file_name(&file_name(&key, NameFormat::Seed), NameFormat::Seed),
-            Some(key)
-        );
-        assert_eq!(parse_file_name("x.tmp", NameFormat::Seed), None);
-        assert_eq!(parse_file_name("..", NameFormat::Seed), None);
-    }
-
-    #[test]
-    fn no_key_names_a_path_outside() {
-        for model in ["..", "../../etc", "/abs", "a/../../b", "."] {
-            let key = ObjectKey::new(model, 0, vec![1u8]).unwrap();
-            let name = file_name(&key, NameFormat::Seed);
-            assert!(!name.contains('/'), "{name}");
-            let p = Path::new("/base").join(&name);
-            assert_eq!(p.parent(), Some(Path::new("/base")), "{name}");
-        }
     }
 }
