@@ -687,7 +687,7 @@ async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
             .await;
         assert!(loaded.hits.all(), "{scheme}");
         for (b, d) in loaded.buffers.iter().zip(&data) {
-            assert!(&b[..] == &d[..], "{scheme}: content");
+            assert!(b[..] == d[..], "{scheme}: content");
         }
         tier.shutdown();
     }
