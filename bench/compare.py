@@ -20,7 +20,9 @@ for that phase only (not the server's). Clients:
 - `lmcache-hfbucket` and `kvtier-lmcache-hf`: the same two on `hfbucket` (LMCache's own
   `hfbucket` adapter, huggingface_hub; kvtier's through the plugin), each run against a fresh
   loopback Hub emulator (`--hub-emulator`, a release build of `examples/hub_emulator.rs`)
-  instead of Garage;
+  instead of Garage; `--plugin-variant` and `--plugin-site` clients whose name ends in `-hf`
+  are variants of `kvtier-lmcache-hf` (e.g. `--plugin-site before-hf=DIR`,
+  `--plugin-variant lz4-hf='{"xet_compression": "lz4"}'`);
 - extra kvtier variants (`--variant name='{"s3_checksum": "crc32c"}'`): the pipeline with
   these adapter fields changed; `--binary name=path`: the pipeline of another kvtier build
   (before/after a change, in the same rounds).
@@ -74,9 +76,15 @@ PEERS = ("raw", "awscrt", "lmcache-s3", "lmcache-hfbucket")
 HUB_TOKEN = "hf_kvtier_bench_token"
 
 
+def is_hf(c):
+    """Whether client `c` runs against the Hub emulator: the two HF clients, and plugin
+    variants or sites whose name ends in `-hf` (e.g. `--plugin-site before-hf=DIR`)."""
+    return c in HF_CLIENTS or c.endswith("-hf")
+
+
 def lmcache_peer(c):
     """The LMCache built-in adapter a plugin client is compared with."""
-    return "lmcache-hfbucket" if c in HF_CLIENTS else "lmcache-s3"
+    return "lmcache-hfbucket" if is_hf(c) else "lmcache-s3"
 
 
 @contextlib.contextmanager
@@ -178,7 +186,8 @@ def paired_ratios(runs, plugin_clients=LMCACHE_CLIENTS):
         # Variants and other builds are also paired with the plain pipeline (or plugin) run of
         # their round; the plugin's runs with LMCache's own adapter.
         if c in plugin_clients:
-            others = (lmcache_peer(c),) if c in HF_CLIENTS else ("lmcache-s3", "kvtier-lmcache")
+            others = (("lmcache-hfbucket", "kvtier-lmcache-hf") if is_hf(c)
+                      else ("lmcache-s3", "kvtier-lmcache"))
         else:
             others = ("raw", "awscrt", "kvtier")
         for other in [b for b in others if b in runs and b != c]:
@@ -287,10 +296,11 @@ def main():
                 # Every run gets its own fresh server: no run inherits the blocks, metadata
                 # or pending deletions of the one before it.
                 os.sync()
-                if c in HF_CLIENTS:
+                if is_hf(c):
                     with hub(args) as (endpoint, server_pid):
                         server_cpu = process_cpu_s(server_pid)
-                        rep = run_hf(args, c, endpoint, chunks, size, batch, submit)
+                        rep = run_hf(args, c, endpoint, chunks, size, batch, submit,
+                                     plugin_variants.get(c, {}), plugin_sites.get(c))
                         after = process_cpu_s(server_pid)
                         record(per, c, rep, server_cpu, after, server_gib, wl, rnd)
                     continue
@@ -359,11 +369,14 @@ def main():
     report(results, args.rounds, args.set, plugin_clients)
 
 
-def run_hf(args, c, endpoint, chunks, size, batch, submit):
-    """One run of an hfbucket client against the Hub emulator at `endpoint`."""
+def run_hf(args, c, endpoint, chunks, size, batch, submit, fields=None, site=None):
+    """One run of an hfbucket client against the Hub emulator at `endpoint`; a kvtier client
+    gets the adapter `fields` on top of its defaults, and imports `kvtier` from `site` if given."""
     import tempfile
 
     env = dict(os.environ, HF_ENDPOINT=endpoint, HF_HUB_DISABLE_TELEMETRY="1")
+    if site:
+        env["PYTHONPATH"] = os.pathsep.join([site] + [p for p in [env.get("PYTHONPATH")] if p])
     with tempfile.TemporaryDirectory(prefix="kvtier-bench-hf-") as tmp:
         if c == "lmcache-hfbucket":
             spec = {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
@@ -372,7 +385,7 @@ def run_hf(args, c, endpoint, chunks, size, batch, submit):
             spec = {"type": "plugin", "module_path": "kvtier.lmcache", "class_name": "KvtierL2Adapter",
                     "adapter_params": {"type": "hfbucket", "bucket_handle": "hf://buckets/kvtier/bench",
                                        "hf_endpoint": endpoint, "token": HUB_TOKEN,
-                                       "create_bucket_if_missing": True}}
+                                       "create_bucket_if_missing": True, **(fields or {})}}
         cmd = [args.lmcache_python, args.peer_lmcache, "--spec", json.dumps(spec),
                "--chunks", str(chunks), "--chunk-size", str(size),
                "--batch", str(batch), "--tasks", str(submit)]

@@ -34,7 +34,7 @@ use std::time::Instant;
 use bytes::Bytes;
 use clap::Parser;
 use kvtier::actors::backends::hfbucket::hub::{HubClient, MAX_PER_REQUEST};
-use kvtier::actors::backends::hfbucket::xet::{self, XetReader};
+use kvtier::actors::backends::hfbucket::xet::{WriteSettings, XetReader, XetWriter};
 use kvtier::actors::backends::hfbucket::BucketHandle;
 use kvtier::actors::config::Secret;
 use kvtier::actors::storage::Fetched;
@@ -115,17 +115,19 @@ fn upload_set(
     let payloads: Vec<Bytes> = (0..n)
         .map(|i| payload(seed * 1_000_003 + i as u64, size))
         .collect();
+    let settings = WriteSettings {
+        compression: "none",
+        global_dedup: false,
+    };
+    let writer = XetWriter::open(cache, &settings).expect("xet writer");
+    let token = hub.xet_write_token().expect("xet write token");
     for (ps, bs) in paths.chunks(16).zip(payloads.chunks(16)) {
-        let token = hub.xet_write_token().expect("xet write token");
         let named: Vec<(String, Bytes)> = ps.iter().cloned().zip(bs.iter().cloned()).collect();
-        let ups = xet::upload(hub, &token, cache, &named);
+        let ups = writer.upload(hub, &token, &named).expect("xet upload");
         let lines: Vec<_> = ps
             .iter()
-            .zip(ups)
-            .map(|(p, u)| {
-                let u = u.expect("xet upload");
-                json!({"type": "addFile", "path": p, "xetHash": u.hash, "size": u.size})
-            })
+            .zip(ups.files)
+            .map(|(p, u)| json!({"type": "addFile", "path": p, "xetHash": u.hash, "size": u.size}))
             .collect();
         let reply = hub.batch(&lines).expect("addFile batch");
         assert!(

@@ -49,6 +49,45 @@ pub struct HfBucketConfig {
     /// that could not reach the Hub, timed out, or kept getting 5xx or 429 after the retries.
     #[serde(default = "default_cooldown")]
     pub circuit_breaker_cooldown_secs: f64,
+    /// How Xet compresses the xorbs a store uploads (default `none`: KV tensors barely
+    /// compress, and trying costs client CPU on every byte; see [`XetCompression`]).
+    #[serde(default)]
+    pub xet_compression: XetCompression,
+    /// Ask the CAS, for the first chunk of every object, whether it already holds it (Xet's
+    /// global deduplication; default false: one more request per object for KV chunks that
+    /// are unique by construction).
+    #[serde(default)]
+    pub xet_global_dedup: bool,
+}
+
+/// The xorb compression scheme of stores (`xet_compression`). Readers (hf_xet,
+/// `huggingface_hub`, LMCache) decode every scheme: the scheme is recorded per chunk.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum XetCompression {
+    /// No compression: chunks are stored as they are.
+    #[default]
+    None,
+    /// LZ4 on every chunk (kept only where it shrinks the chunk).
+    Lz4,
+    /// Byte grouping in 4 lanes, then LZ4 (suits floating-point data best).
+    Bg4Lz4,
+    /// Xet's own choice between `lz4` and `bg4-lz4`, from a sample of the data (hf_xet's
+    /// default, and so `huggingface_hub`'s and LMCache's).
+    Auto,
+}
+
+impl XetCompression {
+    /// The scheme's name in Xet's configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::None => "none",
+            Self::Lz4 => "lz4",
+            Self::Bg4Lz4 => "bg4-lz4",
+            Self::Auto => "auto",
+        }
+    }
 }
 
 fn default_token_env() -> String {
@@ -178,6 +217,8 @@ impl HfBucketConfig {
             hf_endpoint: None,
             rebuild_index_on_start: None,
             circuit_breaker_cooldown_secs: default_cooldown(),
+            xet_compression: XetCompression::default(),
+            xet_global_dedup: false,
         }
     }
 

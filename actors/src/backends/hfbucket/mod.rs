@@ -16,5 +16,5 @@ pub mod hub;
 mod storage;
 pub mod xet;
 
-pub use config::{BucketHandle, HandleError, HfBucketConfig, DEFAULT_HF_ENDPOINT};
+pub use config::{BucketHandle, HandleError, HfBucketConfig, XetCompression, DEFAULT_HF_ENDPOINT};
 pub use storage::HfStorage;

@@ -21,8 +21,8 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::config::HfBucketConfig;
-use super::hub::{FileMeta, HubClient, MAX_PER_REQUEST};
-use super::xet::{self, XetReader};
+use super::hub::{FileMeta, HubClient, XetToken, MAX_PER_REQUEST};
+use super::xet::{Committed, WriteSettings, XetReader, XetWriter};
 use crate::backends::memory::page_of;
 use crate::breaker::Breaker;
 use crate::buffer::LoadBuf;
@@ -36,6 +36,11 @@ const MIN_SWEEP_AT: usize = 1024;
 
 /// How long to wait before trying to open a Xet reader again after it failed.
 const XET_RETRY_AFTER: Duration = Duration::from_secs(30);
+
+/// A cached Xet write token is used for a new batch only while it has this long left (Xet
+/// refreshes it during a commit through the token route, but a fresh batch should not start on
+/// a token about to lapse).
+const WRITE_TOKEN_MARGIN: Duration = Duration::from_secs(60);
 
 /// What worker jobs learn and hand back with their results (the storage takes it in on the
 /// actor's thread: state stays in the actor).
@@ -52,13 +57,41 @@ enum Learnt {
         resolve: u64,
         fallbacks: u64,
     },
+    /// A Xet writer opened by a store.
+    Writer(Arc<XetWriter>),
+    /// A write token fetched by a store.
+    WriteToken(XetToken),
+    /// A store's Xet upload failed: the next one opens a new writer with a new token.
+    WriteFailed,
+    /// A commit's byte counts.
+    Committed {
+        new_bytes: u64,
+        deduped_bytes: u64,
+        xorb_bytes: u64,
+    },
 }
 
-/// What worker jobs share: the Hub client, the name format and the Xet cache directory.
+/// What worker jobs share: the Hub client, the name format, the Xet cache directory and how
+/// Xet writes.
 struct Ctx {
     hub: HubClient,
     format: NameFormat,
     xet_dir: PathBuf,
+    write: WriteSettings,
+}
+
+/// A store job's share of the actor's state: the Xet writer and write token, if it has them.
+struct StoreCtx {
+    writer: Option<Arc<XetWriter>>,
+    token: Option<XetToken>,
+    ensure_bucket: bool,
+}
+
+/// Seconds since the epoch.
+fn unix_now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// How one load is served.
@@ -131,32 +164,71 @@ impl Ctx {
     fn put_batch(
         &self,
         items: Vec<(ObjectKey, Bytes)>,
-        ensure_bucket: bool,
+        sc: StoreCtx,
     ) -> (Vec<Result<(), BackendError>>, Vec<Learnt>) {
         let n = items.len();
-        let fail_all = |e: BackendError| (vec![Err(e); n], Vec::new());
-        if ensure_bucket {
+        let mut learnt = Vec::new();
+        let fail_all = |e: BackendError, learnt: Vec<Learnt>| (vec![Err(e); n], learnt);
+        if sc.ensure_bucket {
             match self.hub.bucket_exists() {
                 Ok(true) => {}
                 Ok(false) => {
                     if let Err(e) = self.hub.create_bucket() {
-                        return fail_all(e);
+                        return fail_all(e, learnt);
                     }
                 }
-                Err(e) => return fail_all(e),
+                Err(e) => return fail_all(e, learnt),
             }
         }
         let paths: Vec<String> = items.iter().map(|(k, _)| self.path(k)).collect();
-        let token = match self.hub.xet_write_token() {
-            Ok(t) => t,
-            Err(e) => return fail_all(e),
+        let lasts = |t: &XetToken| t.exp > unix_now() + WRITE_TOKEN_MARGIN.as_secs();
+        let token = match sc.token.filter(lasts) {
+            Some(t) => t,
+            None => match self.hub.xet_write_token() {
+                Ok(t) => {
+                    learnt.push(Learnt::WriteToken(t.clone()));
+                    t
+                }
+                Err(e) => return fail_all(e, learnt),
+            },
         };
+        let writer = match sc.writer {
+            Some(w) => w,
+            None => match XetWriter::open(&self.xet_dir, &self.write) {
+                Ok(w) => {
+                    let w = Arc::new(w);
+                    learnt.push(Learnt::Writer(w.clone()));
+                    w
+                }
+                Err(e) => return fail_all(e, learnt),
+            },
+        };
+        // Names and bytes by reference count: the objects are not copied.
         let named: Vec<(String, Bytes)> = paths
             .iter()
             .cloned()
             .zip(items.iter().map(|(_, b)| b.clone()))
             .collect();
-        let uploads = xet::upload(&self.hub, &token, &self.xet_dir, &named);
+        let uploads: Vec<Result<_, BackendError>> = match writer.upload(&self.hub, &token, &named) {
+            Ok(Committed {
+                files,
+                new_bytes,
+                deduped_bytes,
+                xorb_bytes,
+            }) => {
+                learnt.push(Learnt::Committed {
+                    new_bytes,
+                    deduped_bytes,
+                    xorb_bytes,
+                });
+                files.into_iter().map(Ok).collect()
+            }
+            Err(e) => {
+                learnt.push(Learnt::WriteFailed);
+                vec![Err(e); n]
+            }
+        };
+        drop(named);
         let mtime = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.as_millis() as u64);
@@ -203,7 +275,8 @@ impl Ctx {
                 _ => None,
             })
             .collect();
-        (results, vec![Learnt::Stored(stored)])
+        learnt.push(Learnt::Stored(stored));
+        (results, learnt)
     }
 
     /// Batch writes are not transactional: asks `paths-info` what landed after a failure.
@@ -262,10 +335,28 @@ pub struct HfStorage {
     loads_xet: u64,
     loads_resolve: u64,
     xet_fallbacks: u64,
+    /// The Xet writer every store shares, once a store has opened it.
+    writer: Option<Arc<XetWriter>>,
+    /// The last Xet write token, reused by stores until it is about to expire.
+    write_token: Option<XetToken>,
+    /// What stores did through Xet (for `status`).
+    stores: StoreCounters,
     /// Metadata cache results as metrics (off until attached).
     metrics: crate::metrics::AdapterMetrics,
     /// Fails requests fast while the Hub is unreachable.
     breaker: Breaker,
+}
+
+/// What stores did through Xet, as shown in `status`.
+#[derive(Debug, Default)]
+struct StoreCounters {
+    writers_opened: u64,
+    write_tokens: u64,
+    commits: u64,
+    failed_commits: u64,
+    new_bytes: u64,
+    deduped_bytes: u64,
+    xorb_bytes: u64,
 }
 
 /// One entry of the metadata cache.
@@ -313,6 +404,10 @@ impl HfStorage {
                 hub: HubClient::new(&endpoint, handle, token),
                 format,
                 xet_dir: tmp_root.join("xet"),
+                write: WriteSettings {
+                    compression: cfg.xet_compression.as_str(),
+                    global_dedup: cfg.xet_global_dedup,
+                },
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -331,6 +426,9 @@ impl HfStorage {
             loads_xet: 0,
             loads_resolve: 0,
             xet_fallbacks: 0,
+            writer: None,
+            write_token: None,
+            stores: StoreCounters::default(),
             metrics: crate::metrics::AdapterMetrics::off(),
             breaker: Breaker::new(
                 "hfbucket",
@@ -421,6 +519,31 @@ impl HfStorage {
                     self.loads_resolve += resolve;
                     self.xet_fallbacks += fallbacks;
                 }
+                Learnt::Writer(w) => {
+                    // Two stores that started before the first writer arrived each open one;
+                    // the first is kept and the other is dropped when its job ends.
+                    self.stores.writers_opened += 1;
+                    self.writer.get_or_insert(w);
+                }
+                Learnt::WriteToken(t) => {
+                    self.stores.write_tokens += 1;
+                    self.write_token = Some(t);
+                }
+                Learnt::WriteFailed => {
+                    self.stores.failed_commits += 1;
+                    self.writer = None;
+                    self.write_token = None;
+                }
+                Learnt::Committed {
+                    new_bytes,
+                    deduped_bytes,
+                    xorb_bytes,
+                } => {
+                    self.stores.commits += 1;
+                    self.stores.new_bytes += new_bytes;
+                    self.stores.deduped_bytes += deduped_bytes;
+                    self.stores.xorb_bytes += xorb_bytes;
+                }
             }
         }
     }
@@ -460,10 +583,14 @@ impl Storage for HfStorage {
         if let Some(refused) = self.refused(n) {
             return Io::ready(refused);
         }
-        let ensure = self.create_if_missing && !self.bucket_ready;
+        let sc = StoreCtx {
+            writer: self.writer.clone(),
+            token: self.write_token.clone(),
+            ensure_bucket: self.create_if_missing && !self.bucket_ready,
+        };
         let job = self.job(
             "put",
-            move |ctx| ctx.put_batch(items, ensure),
+            move |ctx| ctx.put_batch(items, sc),
             move |e| (vec![Err(e); n], Vec::new()),
         );
         Io::pending_then(job, |s: &mut HfStorage, (results, learnt)| {
@@ -787,6 +914,18 @@ impl Storage for HfStorage {
                 "resolve": self.loads_resolve,
                 "xet_fallbacks": self.xet_fallbacks,
                 "xet_reader_open": self.reader.is_some(),
+            },
+            "stores": {
+                "xet_compression": self.ctx.write.compression,
+                "xet_global_dedup": self.ctx.write.global_dedup,
+                "xet_writer_open": self.writer.is_some(),
+                "xet_writers_opened": self.stores.writers_opened,
+                "xet_write_tokens": self.stores.write_tokens,
+                "xet_commits": self.stores.commits,
+                "xet_failed_commits": self.stores.failed_commits,
+                "xet_new_bytes": self.stores.new_bytes,
+                "xet_deduped_bytes": self.stores.deduped_bytes,
+                "xet_xorb_bytes": self.stores.xorb_bytes,
             },
         })
     }

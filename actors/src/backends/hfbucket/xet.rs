@@ -1,13 +1,19 @@
-//! Transfers through the Xet content-addressed store with `hf-xet`: uploads, and streamed
-//! downloads straight into the caller's buffer. The blocking API is called only from
-//! worker-pool threads, never inside a tokio runtime.
+//! Transfers through the Xet content-addressed store with `hf-xet`: uploads from the caller's
+//! memory and streamed downloads straight into the caller's buffer, each through one session
+//! per adapter. The blocking API is called only from worker-pool threads, never inside a tokio
+//! runtime.
+//!
+//! Invariants: an upload never copies the object first (each is a Xet stream fed the store's
+//! [`Bytes`], whose owner, possibly a host region, lives until Xet drops its last slice at the
+//! end of the commit); the compression scheme changes only how xorbs are stored, never the
+//! Xet hashes, so every reader (hf_xet, `huggingface_hub`, LMCache) reads whatever was chosen.
 
 use std::path::Path;
 
 use bytes::Bytes;
 use xet::xet_session::{
-    HeaderMap, HeaderValue, Sha256Policy, XetDownloadStreamGroup, XetFileInfo, XetSession,
-    XetSessionBuilder,
+    HeaderMap, HeaderValue, Sha256Policy, XetConfig, XetDownloadStreamGroup, XetFileInfo,
+    XetSession, XetSessionBuilder,
 };
 
 use super::hub::{HubClient, XetToken};
@@ -120,52 +126,112 @@ impl XetReader {
     }
 }
 
-/// Uploads every object in one Xet commit; results keep input order. A failure of the whole
-/// commit fails every object.
-pub fn upload(
-    hub: &HubClient,
-    token: &XetToken,
-    cache_dir: &Path,
-    objects: &[(String, Bytes)],
-) -> Vec<Result<Uploaded, BackendError>> {
-    let run = || -> Result<Vec<Result<Uploaded, BackendError>>, BackendError> {
-        let session = XetSessionBuilder::new()
+/// What one upload commit did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    /// Every object's hash and size, in input order.
+    pub files: Vec<Uploaded>,
+    /// Bytes of chunks the CAS did not hold yet.
+    pub new_bytes: u64,
+    /// Bytes of chunks deduplicated (already in this commit, the session or the CAS).
+    pub deduped_bytes: u64,
+    /// Bytes of xorbs sent to the CAS (the new chunks after compression, with headers).
+    pub xorb_bytes: u64,
+}
+
+/// How Xet writes xorbs: the knobs of [`XetWriter`], from the adapter's config.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriteSettings {
+    /// The xorb compression scheme (`"none"`, `"lz4"`, `"bg4-lz4"` or `"auto"`).
+    pub compression: &'static str,
+    /// Whether to ask the CAS about chunks it may already hold (global deduplication).
+    pub global_dedup: bool,
+}
+
+/// Uploads to the Xet CAS. One session (with its runtime and connection pool) serves every
+/// store of an adapter; each batch is one upload commit on it (a commit is single-use), and
+/// each object is a stream fed the caller's [`Bytes`] without a copy.
+pub struct XetWriter {
+    session: XetSession,
+}
+
+impl std::fmt::Debug for XetWriter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("XetWriter")
+    }
+}
+
+impl XetWriter {
+    /// Opens the session with `settings`. Must run on a plain thread (a worker), not inside a
+    /// tokio runtime (the session would borrow that runtime instead of owning one).
+    pub fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
+        let config = XetConfig::new()
+            .with_config("xorb.compression_policy", settings.compression)
+            .and_then(|c| {
+                c.with_config(
+                    "deduplication.global_dedup_query_enabled",
+                    settings.global_dedup,
+                )
+            })
+            .map_err(xet_err)?;
+        let session = XetSessionBuilder::new_with_config(config)
             .with_cache_dir(cache_dir)
             .build()
             .map_err(xet_err)?;
-        let headers = refresh_headers(hub)?;
-        let commit = session
+        Ok(Self { session })
+    }
+
+    /// Uploads every object in one Xet commit; results keep input order. A failure of the
+    /// whole commit fails every object.
+    pub fn upload(
+        &self,
+        hub: &HubClient,
+        token: &XetToken,
+        objects: &[(String, Bytes)],
+    ) -> Result<Committed, BackendError> {
+        let commit = self
+            .session
             .new_upload_commit()
             .map_err(xet_err)?
             .with_endpoint(token.cas_url.clone())
             .with_token_info(token.access_token.expose(), token.exp)
-            .with_token_refresh_url(hub.xet_write_token_url(), headers)
+            .with_token_refresh_url(hub.xet_write_token_url(), refresh_headers(hub)?)
             .build_blocking()
             .map_err(xet_err)?;
-        let handles: Vec<_> = objects
-            .iter()
-            .map(|(name, data)| {
-                commit.upload_bytes_blocking(data.to_vec(), Sha256Policy::Skip, Some(name.clone()))
-            })
-            .collect();
-        commit.commit_blocking().map_err(xet_err)?;
-        Ok(handles
-            .into_iter()
-            .zip(objects)
-            .map(|(h, (_, data))| {
-                let meta = h
-                    .map_err(xet_err)?
-                    .finalize_ingestion_blocking()
+        let run = || -> Result<Committed, BackendError> {
+            // Every object is chunked (on Xet's runtime) as it is written; deduplication and
+            // xorb uploads go on in the background while the next object is written, so the
+            // streams are finished only once all are written.
+            let mut streams = Vec::with_capacity(objects.len());
+            for (name, data) in objects {
+                let s = commit
+                    .upload_stream_blocking(Some(name.clone()), Sha256Policy::Skip)
                     .map_err(xet_err)?;
-                Ok(Uploaded {
-                    hash: meta.xet_info.hash,
-                    size: meta.xet_info.file_size.unwrap_or(data.len() as u64),
+                s.write_blocking(data.clone()).map_err(xet_err)?;
+                streams.push(s);
+            }
+            let uploaded = streams
+                .iter()
+                .zip(objects)
+                .map(|(s, (_, data))| {
+                    let meta = s.finish_blocking().map_err(xet_err)?;
+                    Ok(Uploaded {
+                        hash: meta.xet_info.hash,
+                        size: meta.xet_info.file_size.unwrap_or(data.len() as u64),
+                    })
                 })
+                .collect::<Result<Vec<_>, BackendError>>()?;
+            let m = commit.commit_blocking().map_err(xet_err)?.dedup_metrics;
+            Ok(Committed {
+                files: uploaded,
+                new_bytes: m.new_bytes,
+                deduped_bytes: m.deduped_bytes,
+                xorb_bytes: m.xorb_bytes_uploaded,
             })
-            .collect())
-    };
-    match run() {
-        Ok(v) => v,
-        Err(e) => objects.iter().map(|_| Err(e.clone())).collect(),
+        };
+        run().inspect_err(|_| {
+            // Stops what is still running (xorb uploads of streams that did finish).
+            let _ = commit.abort();
+        })
     }
 }
