@@ -104,7 +104,7 @@ impl History {
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
-    /// The key's place in `order`: (priority, tie-break sequence).
+    /// The key's place in `order`: (priority, clock of its last touch as tie-break).
     slot: (u64, u64),
     uses: u8,
 }
@@ -116,7 +116,6 @@ pub struct Flru {
     resident: KeyMap<Entry>,
     history: History,
     clock: u64,
-    seq: u64,
     capacity: usize,
     hasher: BuildDigestHasher,
 }
@@ -141,7 +140,6 @@ impl Flru {
     /// One use of `key`: known keys gain a use, new keys bring their history's count.
     fn touch(&mut self, key: &ObjectKey, admit: bool) {
         self.clock += TICK;
-        self.seq += 1;
         let uses = match self.resident.get(key) {
             Some(e) => {
                 self.order.remove(&e.slot);
@@ -153,7 +151,7 @@ impl Flru {
             }
             None => return,
         };
-        let slot = (self.clock + self.bonus(uses), self.seq);
+        let slot = (self.clock + self.bonus(uses), self.clock);
         self.order.insert(slot, key.clone());
         self.resident.insert(key.clone(), Entry { slot, uses });
     }

@@ -1104,6 +1104,26 @@ mod tests {
         });
     }
 
+    /// An S3 error answer with `status` (e.g. `"403 Forbidden"`) and error `code`.
+    fn refusal(status: &str, code: &str) -> String {
+        let body = format!("<Error><Code>{code}</Code><Message>no</Message></Error>");
+        format!(
+            "HTTP/1.1 {status}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    }
+
+    /// A source handing out `akidold`, then `akidnew` (both valid for an hour).
+    fn old_then_new(calls: &Arc<AtomicUsize>) -> Rotating {
+        Rotating {
+            calls: calls.clone(),
+            answers: vec![
+                ("akidold", Duration::from_secs(3600)),
+                ("akidnew", Duration::from_secs(3600)),
+            ],
+        }
+    }
+
     /// A request whose credentials are refused (`ExpiredToken`, `InvalidAccessKeyId`, …)
     /// fetches fresh ones from the source and is retried once with them; the storage then
     /// signs later requests with them too.
@@ -1111,24 +1131,10 @@ mod tests {
     fn refused_credentials_are_fetched_again_and_the_request_retried() {
         for code in ["ExpiredToken", "InvalidAccessKeyId", "TokenRefreshRequired"] {
             block_on(async {
-                let body = format!("<Error><Code>{code}</Code><Message>no</Message></Error>");
-                let refused = format!(
-                    "HTTP/1.1 403 Forbidden\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
+                let refused = refusal("403 Forbidden", code);
                 let (port, seen) = recording_server_answering(vec![refused]);
                 let calls = Arc::new(AtomicUsize::new(0));
-                let mut st = storage(
-                    port,
-                    Rotating {
-                        calls: calls.clone(),
-                        answers: vec![
-                            ("akidold", Duration::from_secs(3600)),
-                            ("akidnew", Duration::from_secs(3600)),
-                        ],
-                    },
-                )
-                .await;
+                let mut st = storage(port, old_then_new(&calls)).await;
                 put_one(&mut st, 0).await.unwrap();
                 assert_eq!(seen.recv().unwrap(), ("akidold".into(), false), "{code}");
                 assert_eq!(seen.recv().unwrap(), ("akidnew".into(), false), "{code}");
@@ -1170,25 +1176,10 @@ mod tests {
     #[test]
     fn refused_credentials_on_the_sdk_path_are_fetched_again() {
         block_on(async {
-            let body = "<Error><Code>ExpiredToken</Code><Message>expired</Message></Error>";
-            let refused = format!(
-                "HTTP/1.1 400 Bad Request\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
+            let refused = refusal("400 Bad Request", "ExpiredToken");
             let (port, seen) = recording_server_answering(vec![refused]);
             let calls = Arc::new(AtomicUsize::new(0));
-            let mut st = storage_on(
-                port,
-                Rotating {
-                    calls: calls.clone(),
-                    answers: vec![
-                        ("akidold", Duration::from_secs(3600)),
-                        ("akidnew", Duration::from_secs(3600)),
-                    ],
-                },
-                DataPath::Sdk,
-            )
-            .await;
+            let mut st = storage_on(port, old_then_new(&calls), DataPath::Sdk).await;
             put_one(&mut st, 0).await.unwrap();
             assert_eq!(seen.recv().unwrap(), ("akidold".into(), true));
             assert_eq!(seen.recv().unwrap(), ("akidnew".into(), true));
