@@ -118,6 +118,7 @@ fn upload_set(
     let settings = WriteSettings {
         compression: "none",
         global_dedup: false,
+        token_reserve: 600,
     };
     let writer = XetWriter::open(cache, &settings).expect("xet writer");
     let token = hub.xet_write_token().expect("xet write token");

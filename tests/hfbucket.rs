@@ -729,6 +729,70 @@ async fn stores_share_one_xet_session_and_write_token_and_read_host_memory_in_pl
     tier.shutdown();
 }
 
+/// Stores three batches and loads them back; returns the write tokens fetched meanwhile.
+async fn three_batches_round_trip(fx: &Hf, tier: &Tier, seed: u32) -> u64 {
+    let before = fx.hub.requests(Route::XetWriteToken);
+    const CHUNK: usize = 64 << 10;
+    for batch in 0..3 {
+        let n = seed + batch * 2;
+        let keys: Vec<_> = (n..n + 2).map(key).collect();
+        let data: Vec<_> = (n..n + 2).map(|i| payload(i, CHUNK)).collect();
+        assert!(tier
+            .store(keys.clone(), data.clone())
+            .await
+            .unwrap()
+            .success());
+        let loaded = tier
+            .load(keys, (0..2).map(|_| BytesMut::zeroed(CHUNK)).collect())
+            .await;
+        assert!(loaded.hits.all(), "batch {batch}");
+        assert!(loaded
+            .buffers
+            .iter()
+            .zip(&data)
+            .all(|(b, d)| b[..] == d[..]));
+    }
+    let st = store_details(tier).await;
+    assert_eq!(st["xet_failed_commits"], 0, "{st}");
+    fx.hub.requests(Route::XetWriteToken) - before
+}
+
+/// Commits run without Xet's token refresher only while the token outlives the reserve. A
+/// Hub that issues tokens shorter than the reserve gets commits with a refresher: with
+/// 20-second tokens Xet must refresh before its first CAS request (it refreshes 30 s ahead),
+/// so a commit without one would fail.
+#[actix_rt::test]
+async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() {
+    let fx = Hf::new();
+    // Hour-long tokens (the Hub's): one token for every batch, no refresher needed.
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    assert_eq!(three_batches_round_trip(&fx, &tier, 0).await, 1);
+    assert_eq!(store_details(&tier).await["xet_token_reserve_secs"], 600);
+    tier.shutdown();
+
+    // 20-second tokens: each batch fetches one (it has less than the 60-second margin left)
+    // and Xet's refresher fetches more during the commit.
+    fx.hub.set_xet_token_lifetime(Duration::from_secs(20));
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let fetched = three_batches_round_trip(&fx, &tier, 100).await;
+    assert!(fetched > 3, "the refresher ran: {fetched} tokens");
+    tier.shutdown();
+
+    // Reserve 0 (hf_xet's behaviour) with hour-long tokens: still one token.
+    fx.hub.set_xet_token_lifetime(Duration::from_secs(3600));
+    let mut c = fx.config(&fx.run);
+    c.xet_token_reserve_secs = 0;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    assert_eq!(three_batches_round_trip(&fx, &tier, 200).await, 1);
+    tier.shutdown();
+}
+
 #[actix_rt::test]
 async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
     let fx = Hf::new();

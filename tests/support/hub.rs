@@ -316,7 +316,12 @@ impl HubEmulator {
         self.shared.lock().tree_page_size = n.max(1);
     }
 
-    /// Turns every fault off (the tree page size is kept).
+    /// Xet tokens handed out from now on live `lifetime` (default [`XET_TOKEN_LIFETIME`]).
+    pub fn set_xet_token_lifetime(&self, lifetime: Duration) {
+        self.shared.lock().xet_token_lifetime = Some(lifetime);
+    }
+
+    /// Turns every fault off (the tree page size and token lifetime are kept).
     pub fn clear_faults(&self) {
         self.shared.lock().faults = Faults::default();
     }
@@ -438,6 +443,8 @@ struct HubState {
     counts: HashMap<Route, u64>,
     tree_page_size: usize,
     token_seq: u64,
+    /// Lifetime of Xet tokens handed out from now on (`None`: [`XET_TOKEN_LIFETIME`]).
+    xet_token_lifetime: Option<Duration>,
 }
 
 struct Bucket {
@@ -1132,13 +1139,16 @@ async fn xet_token(
         return r;
     }
     let id = bucket_id(&ns, &name);
-    let seq = {
+    let (seq, lifetime) = {
         let mut st = s.lock();
         if !st.buckets.contains_key(&id) {
             return repo_not_found(&id);
         }
         st.token_seq += 1;
-        st.token_seq
+        (
+            st.token_seq,
+            st.xet_token_lifetime.unwrap_or(XET_TOKEN_LIFETIME),
+        )
     };
     let kind = if route == Route::XetWriteToken {
         "write"
@@ -1146,7 +1156,7 @@ async fn xet_token(
         "read"
     };
     let access_token = format!("emulator-xet-{kind}-{seq}");
-    let exp = unix_secs(SystemTime::now() + XET_TOKEN_LIFETIME);
+    let exp = unix_secs(SystemTime::now() + lifetime);
     let mut resp = json_response(
         StatusCode::OK,
         &json!({ "accessToken": access_token, "exp": exp, "casUrl": s.cas_endpoint }),

@@ -58,6 +58,14 @@ pub struct HfBucketConfig {
     /// are unique by construction).
     #[serde(default)]
     pub xet_global_dedup: bool,
+    /// Seconds of life a Xet write token must have left for a store commit to run without
+    /// Xet's token refresher (default 600). A token with less left is replaced before the
+    /// commit starts, so commits shorter than this never need one, and each saves the two
+    /// HTTP clients hf-xet builds for a refresher. Commits carry a refresher only when the
+    /// Hub issues tokens that live shorter than this. 0 gives every commit a refresher
+    /// (hf_xet's behaviour).
+    #[serde(default = "default_token_reserve")]
+    pub xet_token_reserve_secs: u64,
 }
 
 /// The xorb compression scheme of stores (`xet_compression`). Readers (hf_xet,
@@ -101,6 +109,9 @@ fn default_workers() -> usize {
 }
 fn default_cooldown() -> f64 {
     5.0
+}
+fn default_token_reserve() -> u64 {
+    600
 }
 
 /// Why a bucket handle was rejected. The handle is quoted (trimmed, at most 200 characters).
@@ -219,6 +230,7 @@ impl HfBucketConfig {
             circuit_breaker_cooldown_secs: default_cooldown(),
             xet_compression: XetCompression::default(),
             xet_global_dedup: false,
+            xet_token_reserve_secs: default_token_reserve(),
         }
     }
 

@@ -83,6 +83,16 @@ pub struct XetToken {
     /// The CAS base URL.
     #[serde(rename = "casUrl")]
     pub cas_url: String,
+    /// When it was fetched, seconds since the epoch (so `exp - fetched` is its lifetime).
+    #[serde(skip, default = "unix_now")]
+    pub fetched: u64,
+}
+
+/// Seconds since the epoch.
+pub(crate) fn unix_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The Hub client of one bucket. Cheap to share (immutable; `ureq::Agent` pools connections).

@@ -21,7 +21,7 @@ use bytes::Bytes;
 use serde_json::json;
 
 use super::config::HfBucketConfig;
-use super::hub::{FileMeta, HubClient, XetToken, MAX_PER_REQUEST};
+use super::hub::{unix_now, FileMeta, HubClient, XetToken, MAX_PER_REQUEST};
 use super::xet::{Committed, WriteSettings, XetReader, XetWriter};
 use crate::backends::memory::page_of;
 use crate::breaker::Breaker;
@@ -36,11 +36,6 @@ const MIN_SWEEP_AT: usize = 1024;
 
 /// How long to wait before trying to open a Xet reader again after it failed.
 const XET_RETRY_AFTER: Duration = Duration::from_secs(30);
-
-/// A cached Xet write token is used for a new batch only while it has this long left (Xet
-/// refreshes it during a commit through the token route, but a fresh batch should not start on
-/// a token about to lapse).
-const WRITE_TOKEN_MARGIN: Duration = Duration::from_secs(60);
 
 /// What worker jobs learn and hand back with their results (the storage takes it in on the
 /// actor's thread: state stays in the actor).
@@ -85,13 +80,6 @@ struct StoreCtx {
     writer: Option<Arc<XetWriter>>,
     token: Option<XetToken>,
     ensure_bucket: bool,
-}
-
-/// Seconds since the epoch.
-fn unix_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 /// How one load is served.
@@ -181,8 +169,7 @@ impl Ctx {
             }
         }
         let paths: Vec<String> = items.iter().map(|(k, _)| self.path(k)).collect();
-        let lasts = |t: &XetToken| t.exp > unix_now() + WRITE_TOKEN_MARGIN.as_secs();
-        let token = match sc.token.filter(lasts) {
+        let token = match sc.token.filter(|t| self.write.token_usable(t, unix_now())) {
             Some(t) => t,
             None => match self.hub.xet_write_token() {
                 Ok(t) => {
@@ -407,6 +394,7 @@ impl HfStorage {
                 write: WriteSettings {
                     compression: cfg.xet_compression.as_str(),
                     global_dedup: cfg.xet_global_dedup,
+                    token_reserve: cfg.xet_token_reserve_secs,
                 },
             }),
             pool: WorkerPool::start(cfg.num_workers),
@@ -918,6 +906,7 @@ impl Storage for HfStorage {
             "stores": {
                 "xet_compression": self.ctx.write.compression,
                 "xet_global_dedup": self.ctx.write.global_dedup,
+                "xet_token_reserve_secs": self.ctx.write.token_reserve,
                 "xet_writer_open": self.writer.is_some(),
                 "xet_writers_opened": self.stores.writers_opened,
                 "xet_write_tokens": self.stores.write_tokens,

@@ -6,7 +6,10 @@
 //! Invariants: an upload never copies the object first (each is a Xet stream fed the store's
 //! [`Bytes`], whose owner, possibly a host region, lives until Xet drops its last slice at the
 //! end of the commit); the compression scheme changes only how xorbs are stored, never the
-//! Xet hashes, so every reader (hf_xet, `huggingface_hub`, LMCache) reads whatever was chosen.
+//! Xet hashes, so every reader (hf_xet, `huggingface_hub`, LMCache) reads whatever was chosen;
+//! a commit runs without Xet's token refresher only when its token has at least the reserve
+//! (`xet_token_reserve_secs`) left, so a commit shorter than the reserve never meets an
+//! expired token.
 
 use std::path::Path;
 
@@ -16,7 +19,7 @@ use xet::xet_session::{
     XetSession, XetSessionBuilder,
 };
 
-use super::hub::{HubClient, XetToken};
+use super::hub::{unix_now, HubClient, XetToken};
 use crate::storage::{BackendError, Fetched};
 
 /// The Xet hash and size of one uploaded object.
@@ -146,6 +149,34 @@ pub struct WriteSettings {
     pub compression: &'static str,
     /// Whether to ask the CAS about chunks it may already hold (global deduplication).
     pub global_dedup: bool,
+    /// Seconds a write token must have left for a commit to run without Xet's token
+    /// refresher (`xet_token_reserve_secs`; 0: every commit has one).
+    pub token_reserve: u64,
+}
+
+/// A cached token is replaced when it has less than this left, whatever the reserve.
+pub const WRITE_TOKEN_MARGIN: u64 = 60;
+
+impl WriteSettings {
+    /// Whether `token` may start a commit at `now` (seconds since the epoch). It must leave
+    /// the commit its reserve, so that the commit needs no refresher; a Hub whose tokens live
+    /// no longer than the reserve would make that impossible, and then [`WRITE_TOKEN_MARGIN`]
+    /// is enough (the commit carries a refresher).
+    pub fn token_usable(&self, token: &XetToken, now: u64) -> bool {
+        let lifetime = token.exp.saturating_sub(token.fetched);
+        let need = if self.token_reserve > 0 && lifetime > self.token_reserve {
+            self.token_reserve.max(WRITE_TOKEN_MARGIN)
+        } else {
+            WRITE_TOKEN_MARGIN
+        };
+        token.exp > now.saturating_add(need)
+    }
+
+    /// Whether a commit started at `now` with `token` needs Xet's token refresher: when the
+    /// token has less than the reserve left, or the reserve is 0.
+    pub fn needs_refresher(&self, token: &XetToken, now: u64) -> bool {
+        self.token_reserve == 0 || token.exp <= now.saturating_add(self.token_reserve)
+    }
 }
 
 /// Uploads to the Xet CAS. One session (with its runtime and connection pool) serves every
@@ -153,6 +184,7 @@ pub struct WriteSettings {
 /// each object is a stream fed the caller's [`Bytes`] without a copy.
 pub struct XetWriter {
     session: XetSession,
+    settings: WriteSettings,
 }
 
 impl std::fmt::Debug for XetWriter {
@@ -178,26 +210,33 @@ impl XetWriter {
             .with_cache_dir(cache_dir)
             .build()
             .map_err(xet_err)?;
-        Ok(Self { session })
+        Ok(Self {
+            session,
+            settings: settings.clone(),
+        })
     }
 
     /// Uploads every object in one Xet commit; results keep input order. A failure of the
-    /// whole commit fails every object.
+    /// whole commit fails every object. The commit gets Xet's token refresher only when
+    /// [`WriteSettings::needs_refresher`] says so: hf-xet builds two HTTP clients for one (its
+    /// client cache holds one client, and the refresher's headers differ from the CAS's).
     pub fn upload(
         &self,
         hub: &HubClient,
         token: &XetToken,
         objects: &[(String, Bytes)],
     ) -> Result<Committed, BackendError> {
-        let commit = self
+        let mut builder = self
             .session
             .new_upload_commit()
             .map_err(xet_err)?
             .with_endpoint(token.cas_url.clone())
-            .with_token_info(token.access_token.expose(), token.exp)
-            .with_token_refresh_url(hub.xet_write_token_url(), refresh_headers(hub)?)
-            .build_blocking()
-            .map_err(xet_err)?;
+            .with_token_info(token.access_token.expose(), token.exp);
+        if self.settings.needs_refresher(token, unix_now()) {
+            builder =
+                builder.with_token_refresh_url(hub.xet_write_token_url(), refresh_headers(hub)?);
+        }
+        let commit = builder.build_blocking().map_err(xet_err)?;
         let run = || -> Result<Committed, BackendError> {
             // Every object is chunked (on Xet's runtime) as it is written; deduplication and
             // xorb uploads go on in the background while the next object is written, so the
@@ -233,5 +272,65 @@ impl XetWriter {
             // Stops what is still running (xorb uploads of streams that did finish).
             let _ = commit.abort();
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Secret;
+
+    fn token(fetched: u64, lifetime: u64) -> XetToken {
+        XetToken {
+            access_token: Secret::new("t"),
+            exp: fetched + lifetime,
+            cas_url: "http://127.0.0.1:1".into(),
+            fetched,
+        }
+    }
+
+    fn settings(token_reserve: u64) -> WriteSettings {
+        WriteSettings {
+            compression: "none",
+            global_dedup: false,
+            token_reserve,
+        }
+    }
+
+    /// An hour-long token (the Hub's) serves commits without a refresher until 10 minutes
+    /// are left, then is replaced; no commit it starts needs a refresher.
+    #[test]
+    fn long_tokens_leave_commits_their_reserve() {
+        let s = settings(600);
+        let t = token(1000, 3600);
+        for now in [1000, 2000, 3999] {
+            assert!(s.token_usable(&t, now), "at {now}");
+            assert!(!s.needs_refresher(&t, now), "at {now}");
+        }
+        assert!(!s.token_usable(&t, 4000), "10 minutes left: replace it");
+        assert!(s.needs_refresher(&t, 4000));
+    }
+
+    /// Tokens that live no longer than the reserve are still reused down to the margin (not
+    /// fetched again for every batch), and their commits carry the refresher.
+    #[test]
+    fn short_tokens_are_reused_with_a_refresher() {
+        let s = settings(600);
+        let t = token(1000, 300);
+        assert!(s.token_usable(&t, 1000));
+        assert!(s.token_usable(&t, 1000 + 300 - WRITE_TOKEN_MARGIN - 1));
+        assert!(!s.token_usable(&t, 1000 + 300 - WRITE_TOKEN_MARGIN));
+        assert!(s.needs_refresher(&t, 1000));
+    }
+
+    /// A reserve of 0 is hf_xet's behaviour: every commit has a refresher, and a token is
+    /// replaced only a margin before it lapses.
+    #[test]
+    fn a_zero_reserve_gives_every_commit_a_refresher() {
+        let s = settings(0);
+        let t = token(1000, 3600);
+        assert!(s.needs_refresher(&t, 1000));
+        assert!(s.token_usable(&t, 4600 - WRITE_TOKEN_MARGIN - 1));
+        assert!(!s.token_usable(&t, 4600 - WRITE_TOKEN_MARGIN));
     }
 }
