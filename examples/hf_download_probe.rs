@@ -124,7 +124,10 @@ fn upload_set(
     let token = hub.xet_write_token().expect("xet write token");
     for (ps, bs) in paths.chunks(16).zip(payloads.chunks(16)) {
         let named: Vec<(String, Bytes)> = ps.iter().cloned().zip(bs.iter().cloned()).collect();
-        let ups = writer.upload(hub, &token, &named).expect("xet upload");
+        // The probe keeps Xet's token refresher on every commit (hf_xet's behaviour).
+        let ups = writer
+            .upload(hub, &token, true, &named)
+            .expect("xet upload");
         let lines: Vec<_> = ps
             .iter()
             .zip(ups.files)

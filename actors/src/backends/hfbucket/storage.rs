@@ -196,7 +196,12 @@ impl Ctx {
             .cloned()
             .zip(items.iter().map(|(_, b)| b.clone()))
             .collect();
-        let uploads: Vec<Result<_, BackendError>> = match writer.upload(&self.hub, &token, &named) {
+        let uploads: Vec<Result<_, BackendError>> = match writer.upload(
+            &self.hub,
+            &token,
+            self.write.needs_refresher(&token, unix_now()),
+            &named,
+        ) {
             Ok(Committed {
                 files,
                 new_bytes,

@@ -19,7 +19,7 @@ use xet::xet_session::{
     XetSession, XetSessionBuilder,
 };
 
-use super::hub::{unix_now, HubClient, XetToken};
+use super::hub::{HubClient, XetToken};
 use crate::storage::{BackendError, Fetched};
 
 /// The Xet hash and size of one uploaded object.
@@ -155,7 +155,7 @@ pub struct WriteSettings {
 }
 
 /// A cached token is replaced when it has less than this left, whatever the reserve.
-pub const WRITE_TOKEN_MARGIN: u64 = 60;
+const WRITE_TOKEN_MARGIN: u64 = 60;
 
 impl WriteSettings {
     /// Whether `token` may start a commit at `now` (seconds since the epoch). It must leave
@@ -184,7 +184,6 @@ impl WriteSettings {
 /// each object is a stream fed the caller's [`Bytes`] without a copy.
 pub struct XetWriter {
     session: XetSession,
-    settings: WriteSettings,
 }
 
 impl std::fmt::Debug for XetWriter {
@@ -210,20 +209,19 @@ impl XetWriter {
             .with_cache_dir(cache_dir)
             .build()
             .map_err(xet_err)?;
-        Ok(Self {
-            session,
-            settings: settings.clone(),
-        })
+        Ok(Self { session })
     }
 
     /// Uploads every object in one Xet commit; results keep input order. A failure of the
-    /// whole commit fails every object. The commit gets Xet's token refresher only when
-    /// [`WriteSettings::needs_refresher`] says so: hf-xet builds two HTTP clients for one (its
-    /// client cache holds one client, and the refresher's headers differ from the CAS's).
+    /// whole commit fails every object. The commit gets Xet's token refresher only with
+    /// `refresher` (see [`WriteSettings::needs_refresher`]): hf-xet builds two HTTP clients for
+    /// one (its client cache holds one client, and the refresher's headers differ from the
+    /// CAS's).
     pub fn upload(
         &self,
         hub: &HubClient,
         token: &XetToken,
+        refresher: bool,
         objects: &[(String, Bytes)],
     ) -> Result<Committed, BackendError> {
         let mut builder = self
@@ -232,7 +230,7 @@ impl XetWriter {
             .map_err(xet_err)?
             .with_endpoint(token.cas_url.clone())
             .with_token_info(token.access_token.expose(), token.exp);
-        if self.settings.needs_refresher(token, unix_now()) {
+        if refresher {
             builder =
                 builder.with_token_refresh_url(hub.xet_write_token_url(), refresh_headers(hub)?);
         }
