@@ -160,7 +160,7 @@ const WRITE_TOKEN_MARGIN: u64 = 60;
 impl WriteSettings {
     /// Whether `token` may start a commit at `now` (seconds since the epoch). It must leave
     /// the commit its reserve, so that the commit needs no refresher; a Hub whose tokens live
-    /// no longer than the reserve would make that impossible, and then [`WRITE_TOKEN_MARGIN`]
+    /// no longer than the reserve would make that impossible, and then the fixed 60-second margin
     /// is enough (the commit carries a refresher).
     pub fn token_usable(&self, token: &XetToken, now: u64) -> bool {
         let lifetime = token.exp.saturating_sub(token.fetched);
