@@ -3,21 +3,21 @@
 //!
 //! - **resolve**: `GET /buckets/{ns}/{name}/resolve/{path}`, follow the 302, stream the body
 //!   into the caller's buffer ([`HubClient::download`]);
-//! - **xet**: stream the file out of the Xet CAS by its `xetHash` ([`XetReader::read_into`]).
+//! - **xet**: read the file out of the Xet CAS by its `xetHash` ([`XetReader::read_into`], on
+//!   the adapter's default `xet_load_path = "direct"`).
 //!
 //! Fairness rules:
 //!
 //! - both paths read **fresh objects** of the same size: every (round, path) pair gets its own
 //!   set of random payloads, uploaded before any timing starts, so neither path can be served
-//!   by anything the other (or an earlier round) left behind. The Xet stream group has no chunk
-//!   cache in hf-xet 1.8 (`FileDownloadSession::new(config, None)`), and the fresh sets rule out
-//!   any server-side reuse too;
+//!   by anything the other (or an earlier round) left behind. The Xet reader has no chunk
+//!   cache, and the fresh sets rule out any server-side reuse too;
 //! - the same concurrency: `--workers` threads (the adapter's `num_workers`), each taking the
 //!   next object;
 //! - the same destination: preallocated, pre-faulted buffers of exactly the object size; both
 //!   paths check the size and copy into them; every byte is verified after the timed pass;
 //! - what is set up once per adapter in the real code is set up once here and not timed: the
-//!   `ureq` agent (resolve) and the Xet session and stream group (xet), both warmed by an
+//!   `ureq` agent (resolve) and the Xet reader and its read token (xet), both warmed by an
 //!   untimed pass. The `xetHash`es come from one `paths-info` call, as a lookup would fetch
 //!   them; not timed;
 //! - the paths alternate (`resolve, xet` in even rounds, `xet, resolve` in odd ones), and the
@@ -182,7 +182,7 @@ fn pass(
                 while let Ok((i, buf)) = rx.recv() {
                     let res = match path {
                         Path::Resolve => hub.download(&set.paths[i], buf),
-                        Path::Xet => reader.read_into(&set.hashes[i], size as u64, buf),
+                        Path::Xet => reader.read_into(hub, &set.hashes[i], size as u64, buf),
                     };
                     assert_eq!(res, Ok(Fetched::Hit), "{} {}", path.name(), set.paths[i]);
                 }
@@ -239,7 +239,7 @@ fn main() {
     let run = format!("probe-{:08x}", rand::random::<u32>());
     let handle =
         BucketHandle::parse(&format!("hf://buckets/{}/{run}", a.bucket)).expect("--bucket");
-    let hub = HubClient::new(&a.endpoint, handle, Some(Secret::new(&a.token)));
+    let hub = HubClient::new(&a.endpoint, handle, Some(Secret::new(&a.token)), a.workers);
     let tmp = tempfile::tempdir().expect("temp dir");
     let cache = tmp.path().join("xet");
 
@@ -272,7 +272,7 @@ fn main() {
                 .collect()
         })
         .collect();
-    let reader = XetReader::connect(&hub, &cache).expect("xet reader");
+    let reader = XetReader::connect(&hub, &cache, true).expect("xet reader");
     // Untimed warm-up: connections, token, runtime threads.
     pass(&hub, &reader, &warm[0], Path::Resolve, a.workers, size);
     pass(&hub, &reader, &warm[1], Path::Xet, a.workers, size);

@@ -362,12 +362,23 @@ async fn load_counters(tier: &Tier) -> (u64, u64, u64) {
     (n("xet"), n("resolve"), n("xet_fallbacks"))
 }
 
+/// Both load paths (`xet_load_path`): kvtier's direct reader (the default) and hf-xet's stream.
 #[actix_rt::test]
-async fn loads_stream_through_xet_without_resolve() {
+async fn loads_read_through_xet_without_resolve() {
+    for path in ["direct", "hf-xet"] {
+        loads_read_through_xet(path).await;
+    }
+}
+
+async fn loads_read_through_xet(path: &str) {
     let fx = Hf::new();
-    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+    let mut c = fx.config(&fx.run);
+    c.xet_load_path = serde_json::from_value(serde_json::json!(path)).unwrap();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
         .await
         .unwrap();
+    let st = tier.status().await.unwrap();
+    assert_eq!(st.adapters[0].details["loads"]["xet_load_path"], path);
     let keys: Vec<_> = (0..6).map(key).collect();
     let payloads: Vec<_> = (0..6).map(|i| payload(i, 3000 + i as usize)).collect();
     assert!(tier
@@ -379,12 +390,12 @@ async fn loads_stream_through_xet_without_resolve() {
     for round in 0..2 {
         let bufs = payloads.iter().map(|p| BytesMut::zeroed(p.len())).collect();
         let loaded = tier.load(keys.clone(), bufs).await;
-        assert!(loaded.hits.all(), "round {round}");
+        assert!(loaded.hits.all(), "{path}: round {round}");
         for (b, p) in loaded.buffers.iter().zip(&payloads) {
-            assert_eq!(&b[..], &p[..]);
+            assert_eq!(&b[..], &p[..], "{path}");
         }
     }
-    assert_eq!(fx.hub.requests(Route::Resolve), 0, "no resolve");
+    assert_eq!(fx.hub.requests(Route::Resolve), 0, "{path}: no resolve");
     assert_eq!(fx.hub.requests(Route::Bytes), 0, "no bytes through the Hub");
     assert_eq!(
         fx.hub.requests(Route::PathsInfo),
@@ -489,7 +500,52 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
     assert_eq!(format!("{}", loaded.hits), "10");
     assert_eq!(fx.hub.requests(Route::Resolve), 1, "only the failed one");
     assert_eq!(load_counters(&tier).await, (1, 1, 1));
+    // The direct reader that failed is dropped: the next batch opens one with a new token.
+    let tokens = fx.hub.requests(Route::XetReadToken);
+    let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
+    assert!(loaded.hits.all());
+    assert_eq!(fx.hub.requests(Route::XetReadToken), tokens + 1);
+    assert_eq!(load_counters(&tier).await, (2, 1, 1));
     tier.shutdown();
+}
+
+/// A direct reader serves loads while its read token has more than a minute left; a load
+/// batch that finds it shorter opens a new reader with a new token first.
+#[actix_rt::test]
+async fn direct_loads_renew_their_read_token_before_it_expires() {
+    let fx = Hf::new();
+    for (lifetime, tokens) in [(3600, 1), (20, 3)] {
+        fx.hub.set_xet_token_lifetime(Duration::from_secs(lifetime));
+        let c = fx.config(&format!("{}/{lifetime}", fx.run));
+        let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+            .await
+            .unwrap();
+        let keys: Vec<_> = (0..2).map(key).collect();
+        let data: Vec<_> = (0..2).map(|i| payload(i, 5000)).collect();
+        assert!(tier
+            .store(keys.clone(), data.clone())
+            .await
+            .unwrap()
+            .success());
+        let before = fx.hub.requests(Route::XetReadToken);
+        for batch in 0..3 {
+            let loaded = tier
+                .load(
+                    keys.clone(),
+                    (0..2).map(|_| BytesMut::zeroed(5000)).collect(),
+                )
+                .await;
+            assert!(loaded.hits.all(), "{lifetime} s tokens, batch {batch}");
+            assert!(loaded.buffers[1][..] == data[1][..]);
+        }
+        assert_eq!(
+            fx.hub.requests(Route::XetReadToken) - before,
+            tokens,
+            "{lifetime} s tokens"
+        );
+        assert_eq!(load_counters(&tier).await, (6, 0, 0), "{lifetime} s tokens");
+        tier.shutdown();
+    }
 }
 
 #[actix_rt::test]
@@ -828,6 +884,8 @@ async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
         for (b, d) in loaded.buffers.iter().zip(&data) {
             assert!(b[..] == d[..], "{scheme}: content");
         }
+        // Through the direct reader, which decoded every scheme (no fallback to resolve).
+        assert_eq!(load_counters(&tier).await, (4, 0, 0), "{scheme}");
         tier.shutdown();
     }
 }

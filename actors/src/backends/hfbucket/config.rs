@@ -66,6 +66,27 @@ pub struct HfBucketConfig {
     /// (hf_xet's behaviour).
     #[serde(default = "default_token_reserve")]
     pub xet_token_reserve_secs: u64,
+    /// How loads read the Xet CAS (default `direct`: kvtier's own reconstruction reader,
+    /// which decodes into the caller's buffer; `hf-xet`: hf-xet's download stream). See
+    /// [`XetLoadPath`].
+    #[serde(default)]
+    pub xet_load_path: XetLoadPath,
+}
+
+/// How loads read the Xet CAS (`xet_load_path`). Both read every compression scheme and fall
+/// back to `resolve` when a Xet read fails.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum XetLoadPath {
+    /// kvtier's reader: the file's reconstruction from the CAS (`/v1/reconstructions`), one
+    /// range request per term, chunks decoded in place in the caller's buffer. No buffer per
+    /// load, and about half the client CPU of `hf-xet` (BENCHMARKS.md).
+    #[default]
+    Direct,
+    /// hf-xet's download stream: each term decoded into a new buffer, then copied into the
+    /// caller's. The switch back, should a CAS not serve the first reconstruction version.
+    HfXet,
 }
 
 /// The xorb compression scheme of stores (`xet_compression`). Readers (hf_xet,
@@ -231,6 +252,7 @@ impl HfBucketConfig {
             xet_compression: XetCompression::default(),
             xet_global_dedup: false,
             xet_token_reserve_secs: default_token_reserve(),
+            xet_load_path: XetLoadPath::default(),
         }
     }
 

@@ -16,6 +16,7 @@ use crate::retry::{parse_retry_after, Attempts, Outcome, RetryPolicy};
 
 use serde::Deserialize;
 use serde_json::{json, Value};
+use xet_client::cas_types::{HttpRange, QueryReconstructionResponse};
 
 use super::config::BucketHandle;
 use crate::config::Secret;
@@ -131,10 +132,19 @@ fn status_error(op: &'static str, status: u16, body: &str) -> BackendError {
 }
 
 impl HubClient {
-    /// A client for `handle` on the Hub at `endpoint`.
-    pub fn new(endpoint: &str, handle: BucketHandle, token: Option<Secret>) -> Self {
+    /// A client for `handle` on the Hub at `endpoint`, for `workers` threads at once: it keeps
+    /// up to `workers` idle connections per host (the Hub, the CAS and the xorb hosts), so
+    /// that no worker's connection is closed after each request (ureq keeps 3 by default).
+    pub fn new(
+        endpoint: &str,
+        handle: BucketHandle,
+        token: Option<Secret>,
+        workers: usize,
+    ) -> Self {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_idle_connections_per_host(workers.max(3))
+            .max_idle_connections((3 * workers).max(10))
             .timeout_global(Some(Duration::from_secs(120)))
             .max_redirects(5)
             .build()
@@ -163,7 +173,7 @@ impl HubClient {
     }
 
     /// Sends a request built by `make`, retrying under [`RetryPolicy::HUB`].
-    fn call(
+    pub(super) fn call(
         &self,
         op: &'static str,
         make: impl Fn(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
@@ -410,6 +420,56 @@ impl HubClient {
                 Ok(0) => return Ok(Fetched::SizeMismatch { actual: off as u64 }),
                 Ok(n) => off += n,
                 Err(e) => return Err(connection("get", e)),
+            }
+        }
+    }
+}
+
+impl HubClient {
+    /// The reconstruction of the Xet file `hash` (`GET {cas}/v1/reconstructions/{hash}` with
+    /// the CAS token `token`, under the Hub's retry policy): its terms and where to fetch them.
+    pub fn xet_reconstruction(
+        &self,
+        token: &XetToken,
+        hash: &str,
+    ) -> Result<QueryReconstructionResponse, BackendError> {
+        const OP: &str = "xet-reconstruction";
+        let url = format!(
+            "{}/v1/reconstructions/{hash}",
+            token.cas_url.trim_end_matches('/')
+        );
+        let bearer = format!("Bearer {}", token.access_token.expose());
+        let r = self.call(OP, |a| a.get(&url).header("Authorization", &bearer).call())?;
+        Self::expect_json(OP, r)
+    }
+
+    /// Fetches the byte range `range` of a xorb from `url` (a URL the CAS handed out, which
+    /// carries its own authorisation), under the Hub's retry policy. The answer is 206, or 200
+    /// with exactly the range's length; anything else is an error.
+    pub fn xet_range(
+        &self,
+        url: &str,
+        range: &HttpRange,
+    ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
+        const OP: &str = "xet-range";
+        let header = range.range_header();
+        let mut r = self.call(OP, |a| a.get(url).header("Range", &header).call())?;
+        let status = r.status().as_u16();
+        let length = r
+            .headers()
+            .get("content-length")
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match status {
+            206 => Ok(r),
+            200 if length == Some(range.length()) => Ok(r),
+            200 => Err(BackendError::io(
+                OP,
+                format!("the CAS ignored the range {header} (200 with {length:?} bytes)"),
+            )),
+            s => {
+                let body = r.body_mut().read_to_string().unwrap_or_default();
+                Err(status_error(OP, s, &body))
             }
         }
     }

@@ -4,17 +4,21 @@
 //! upload through Xet and register the files with batch `addFile` lines; after any failure
 //! they ask `paths-info` which objects landed and count exactly those. Lookups go through a TTL
 //! metadata cache (negative results cached; TTL 0 disables it) and batched `paths-info` for the
-//! rest. Loads stream each object out of the Xet CAS by its `xetHash` straight into the
-//! caller's buffer, through one long-lived Xet download-stream group; the hashes come from the
-//! store, a lookup, or one `paths-info` per load batch. That path was measured faster than
+//! rest. Loads read each object out of the Xet CAS by its `xetHash` straight into the
+//! caller's buffer, with kvtier's own reconstruction reader (or, with `xet_load_path =
+//! "hf-xet"`, one long-lived Xet download-stream group); the hashes come from the store, a
+//! lookup, or one `paths-info` per load batch. That path was measured faster than
 //! `resolve` (see BENCHMARKS.md); `resolve` (302 → bytes into the buffer) remains the fallback
 //! when no Xet reader can be opened or a Xet read fails. All blocking Hub calls and Xet
 //! transfers run on the adapter's worker pool.
 
+mod cas;
 mod config;
 pub mod hub;
 mod storage;
 pub mod xet;
 
-pub use config::{BucketHandle, HandleError, HfBucketConfig, XetCompression, DEFAULT_HF_ENDPOINT};
+pub use config::{
+    BucketHandle, HandleError, HfBucketConfig, XetCompression, XetLoadPath, DEFAULT_HF_ENDPOINT,
+};
 pub use storage::HfStorage;

@@ -20,7 +20,7 @@ use actix::Addr;
 use bytes::Bytes;
 use serde_json::json;
 
-use super::config::HfBucketConfig;
+use super::config::{HfBucketConfig, XetLoadPath};
 use super::hub::{unix_now, FileMeta, HubClient, XetToken, MAX_PER_REQUEST};
 use super::xet::{Committed, WriteSettings, XetReader, XetWriter};
 use crate::backends::memory::page_of;
@@ -46,6 +46,9 @@ enum Learnt {
     Meta(Vec<(String, Option<FileMeta>)>),
     /// A Xet reader opened by a load, or the time opening one failed.
     Reader(Result<Arc<XetReader>, Instant>),
+    /// Direct loads through this reader failed and fell back: the next load batch opens a new
+    /// one (with a new read token).
+    ReaderFailed(Arc<XetReader>),
     /// Loads served through Xet and through `resolve`, and Xet failures that fell back.
     Loads {
         xet: u64,
@@ -66,13 +69,15 @@ enum Learnt {
     },
 }
 
-/// What worker jobs share: the Hub client, the name format, the Xet cache directory and how
-/// Xet writes.
+/// What worker jobs share: the Hub client, the name format, the Xet cache directory, how Xet
+/// writes and how it reads.
 struct Ctx {
     hub: HubClient,
     format: NameFormat,
     xet_dir: PathBuf,
     write: WriteSettings,
+    /// `xet_load_path = "direct"`.
+    direct_loads: bool,
 }
 
 /// A store job's share of the actor's state: the Xet writer and write token, if it has them.
@@ -119,13 +124,15 @@ fn load_one(
 ) -> (Result<Fetched, BackendError>, Served) {
     match (plan, lc.reader.as_deref()) {
         (Plan::Absent, _) => (Ok(Fetched::Absent), Served::Nothing),
-        (Plan::Xet { size, hash }, Some(reader)) => match reader.read_into(&hash, size, &mut buf) {
-            Ok(f) => (Ok(f), Served::Xet),
-            Err(e) => {
-                tracing::debug!(error = %e, path, "Xet load failed; falling back to resolve");
-                (lc.ctx.hub.download(&path, &mut buf), Served::Fallback)
+        (Plan::Xet { size, hash }, Some(reader)) => {
+            match reader.read_into(&lc.ctx.hub, &hash, size, &mut buf) {
+                Ok(f) => (Ok(f), Served::Xet),
+                Err(e) => {
+                    tracing::debug!(error = %e, path, "Xet load failed; falling back to resolve");
+                    (lc.ctx.hub.download(&path, &mut buf), Served::Fallback)
+                }
             }
-        },
+        }
         _ => (lc.ctx.hub.download(&path, &mut buf), Served::Resolve),
     }
 }
@@ -393,7 +400,7 @@ impl HfStorage {
         })?;
         Ok(Self {
             ctx: Arc::new(Ctx {
-                hub: HubClient::new(&endpoint, handle, token),
+                hub: HubClient::new(&endpoint, handle, token, cfg.num_workers),
                 format,
                 xet_dir: tmp_root.join("xet"),
                 write: WriteSettings {
@@ -401,6 +408,7 @@ impl HfStorage {
                     global_dedup: cfg.xet_global_dedup,
                     token_reserve: cfg.xet_token_reserve_secs,
                 },
+                direct_loads: cfg.xet_load_path == XetLoadPath::Direct,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -503,6 +511,11 @@ impl HfStorage {
                     self.reader_failed = None;
                 }
                 Learnt::Reader(Err(at)) => self.reader_failed = Some(at),
+                Learnt::ReaderFailed(r) => {
+                    if self.reader.as_ref().is_some_and(|cur| Arc::ptr_eq(cur, &r)) {
+                        self.reader = None;
+                    }
+                }
                 Learnt::Loads {
                     xet,
                     resolve,
@@ -678,10 +691,13 @@ impl Storage for HfStorage {
         }
         let paths: Vec<String> = work.iter().map(|(p, _, _)| p.clone()).collect();
         let reader = self.reader.clone();
-        let try_open = reader.is_none()
-            && self
-                .reader_failed
-                .is_none_or(|at| at.elapsed() >= XET_RETRY_AFTER);
+        // A direct reader whose token runs low is replaced (it serves on if that fails).
+        let stale = reader.as_ref().is_some_and(|r| !r.fresh(unix_now()));
+        let try_open = stale
+            || (reader.is_none()
+                && self
+                    .reader_failed
+                    .is_none_or(|at| at.elapsed() >= XET_RETRY_AFTER));
         let (pool, ctx, workers) = (self.pool.clone(), self.ctx.clone(), self.workers);
         let fut = async move {
             let mut learnt = Vec::new();
@@ -696,7 +712,7 @@ impl Storage for HfStorage {
                 let ctx2 = ctx.clone();
                 let prep = run_on(&pool, move || {
                     let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
-                    let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir) {
+                    let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir, ctx2.direct_loads) {
                         Ok(r) => Ok(Arc::new(r)),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
@@ -747,6 +763,7 @@ impl Storage for HfStorage {
                     };
                 }
             }
+            let used = reader.clone();
             let lc = Arc::new(LoadCtx {
                 ctx: ctx.clone(),
                 reader,
@@ -757,6 +774,9 @@ impl Storage for HfStorage {
             .await;
             let count = |s: Served| done.iter().filter(|(_, x)| *x == s).count() as u64;
             let fallbacks = count(Served::Fallback);
+            if let Some(r) = used.filter(|r| fallbacks > 0 && r.is_direct()) {
+                learnt.push(Learnt::ReaderFailed(r));
+            }
             learnt.push(Learnt::Loads {
                 xet: count(Served::Xet),
                 resolve: count(Served::Resolve) + fallbacks,
@@ -907,6 +927,7 @@ impl Storage for HfStorage {
                 "resolve": self.loads_resolve,
                 "xet_fallbacks": self.xet_fallbacks,
                 "xet_reader_open": self.reader.is_some(),
+                "xet_load_path": if self.ctx.direct_loads { "direct" } else { "hf-xet" },
             },
             "stores": {
                 "xet_compression": self.ctx.write.compression,

@@ -1,7 +1,8 @@
-//! Transfers through the Xet content-addressed store with `hf-xet`: uploads from the caller's
-//! memory and streamed downloads straight into the caller's buffer, each through one session
-//! per adapter. The blocking API is called only from worker-pool threads, never inside a tokio
-//! runtime.
+//! Transfers through the Xet content-addressed store: uploads from the caller's memory with
+//! `hf-xet`, through one session per adapter, and loads into the caller's buffer, either with
+//! kvtier's own reconstruction reader (module `cas`, the default) or through one hf-xet
+//! download-stream group per adapter (`xet_load_path = "hf-xet"`). The blocking API is called
+//! only from worker-pool threads, never inside a tokio runtime.
 //!
 //! Invariants: an upload never copies the object first (each is a Xet stream fed the store's
 //! [`Bytes`], whose owner, possibly a host region, lives until Xet drops its last slice at the
@@ -52,27 +53,48 @@ fn refresh_headers(hub: &HubClient) -> Result<HeaderMap, BackendError> {
     Ok(headers)
 }
 
-/// Streams objects out of the Xet CAS. One session and one download-stream group serve every
-/// load of an adapter: they share the CAS connection pool, and the group refreshes its read
-/// token from the bucket's `xet-read-token` route when it expires. No chunk cache is involved
-/// (a stream group has none), so every load reads from the CAS.
+/// How loads read the Xet CAS (`xet_load_path`).
+enum ReadPath {
+    /// kvtier's own reconstruction reader ([`super::cas`]) with this read token; the storage
+    /// opens a new reader when the token runs low.
+    Direct(XetToken),
+    /// hf-xet's download stream group, which refreshes its read token itself.
+    Stream {
+        // Kept so the session's runtime outlives the group.
+        _session: XetSession,
+        group: XetDownloadStreamGroup,
+    },
+}
+
+/// Reads objects out of the Xet CAS into the caller's buffer, along one read path shared by
+/// every load of an adapter. No chunk cache is involved, so every load reads from the CAS.
 pub struct XetReader {
-    // Kept so the session's runtime outlives the group.
-    _session: XetSession,
-    group: XetDownloadStreamGroup,
+    path: ReadPath,
 }
 
 impl std::fmt::Debug for XetReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("XetReader")
+        f.write_str(match self.path {
+            ReadPath::Direct(_) => "XetReader(direct)",
+            ReadPath::Stream { .. } => "XetReader(hf-xet stream)",
+        })
     }
 }
 
+/// A direct reader is replaced when its read token has less than this left (seconds).
+const READ_TOKEN_MARGIN: u64 = 60;
+
 impl XetReader {
-    /// Fetches a read token (one `xet-read-token` request) and opens the session and stream
-    /// group. Must run on a plain thread (a worker), not inside a tokio runtime.
-    pub fn connect(hub: &HubClient, cache_dir: &Path) -> Result<Self, BackendError> {
+    /// Fetches a read token (one `xet-read-token` request) and, for the hf-xet path, opens the
+    /// session and stream group. Must run on a plain thread (a worker), not inside a tokio
+    /// runtime.
+    pub fn connect(hub: &HubClient, cache_dir: &Path, direct: bool) -> Result<Self, BackendError> {
         let token = hub.xet_read_token()?;
+        if direct {
+            return Ok(Self {
+                path: ReadPath::Direct(token),
+            });
+        }
         let session = XetSessionBuilder::new()
             .with_cache_dir(cache_dir)
             .build()
@@ -86,17 +108,34 @@ impl XetReader {
             .build_blocking()
             .map_err(read_err)?;
         Ok(Self {
-            _session: session,
-            group,
+            path: ReadPath::Stream {
+                _session: session,
+                group,
+            },
         })
     }
 
-    /// Streams the Xet file `hash` of `size` bytes into `buf`. A `size` other than
-    /// `buf.len()` is a mismatch and leaves the buffer unwritten. A stream that yields more or
-    /// fewer bytes than `size` is an error (the caller falls back to `resolve`, which decides
-    /// between hit, mismatch and absent).
+    /// Whether the reader can serve loads started at `now` (seconds since the epoch): a direct
+    /// reader's token must have a minute left; the hf-xet path refreshes its own.
+    pub fn fresh(&self, now: u64) -> bool {
+        match &self.path {
+            ReadPath::Direct(token) => token.exp > now.saturating_add(READ_TOKEN_MARGIN),
+            ReadPath::Stream { .. } => true,
+        }
+    }
+
+    /// Whether loads go through kvtier's own reconstruction reader.
+    pub fn is_direct(&self) -> bool {
+        matches!(self.path, ReadPath::Direct(_))
+    }
+
+    /// Reads the Xet file `hash` of `size` bytes into `buf`. A `size` other than `buf.len()`
+    /// is a mismatch and leaves the buffer unwritten. A file that yields more or fewer bytes
+    /// than `size` is an error (the caller falls back to `resolve`, which decides between
+    /// hit, mismatch and absent).
     pub fn read_into(
         &self,
+        hub: &HubClient,
         hash: &str,
         size: u64,
         buf: &mut [u8],
@@ -104,8 +143,13 @@ impl XetReader {
         if size != buf.len() as u64 {
             return Ok(Fetched::SizeMismatch { actual: size });
         }
-        let mut stream = self
-            .group
+        let group = match &self.path {
+            ReadPath::Direct(token) => {
+                return super::cas::read_direct(hub, token, hash, buf).map(|()| Fetched::Hit)
+            }
+            ReadPath::Stream { group, .. } => group,
+        };
+        let mut stream = group
             .download_stream_blocking(XetFileInfo::new(hash.to_owned(), size), None)
             .map_err(read_err)?;
         let mut off = 0usize;
