@@ -380,6 +380,11 @@ def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path)
                        "create_bucket_if_missing": True})
     assert type(lm).__name__ == "HFBucketL2Adapter"
     _interop(kv, lm)
+    # kvtier read LMCache's objects (chunks compressed as hf_xet's "auto" chose) through its
+    # direct Xet reader, not through the `resolve` fallback.
+    loads = kv.report_status()["details"]["loads"]
+    assert loads["xet_load_path"] == "direct", loads
+    assert loads["xet"] >= 3 and loads["resolve"] == 0 and loads["xet_fallbacks"] == 0, loads
 
 
 def test_interop_with_lmcache_fs(make_adapter, tmp_path):
