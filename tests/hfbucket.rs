@@ -509,6 +509,41 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
     tier.shutdown();
 }
 
+/// A path whose Xet file is not the size the Hub lists (here: the Hub says 100 bytes, the
+/// file behind its hash holds 64) is a miss, and no byte reaches the buffer: the direct reader
+/// checks the reconstruction's size before it fetches, and `resolve` checks the length the
+/// server declares.
+#[actix_rt::test]
+async fn a_xet_file_of_another_size_is_a_miss_without_a_partial_copy() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    tier.store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap();
+    let name =
+        |k: u32| kvtier::actors::key::hf_encode(&key(k).object_name(kvtier::NameFormat::Seed));
+    let stored = format!("{}/{}", fx.run, name(1));
+    let hash = fx
+        .hub
+        .files(BUCKET)
+        .into_iter()
+        .find(|f| f.path == stored)
+        .expect("the stored file")
+        .xet_hash;
+    fx.hub
+        .insert_file(BUCKET, &format!("{}/{}", fx.run, name(2)), &hash, 100);
+    let loaded = tier
+        .load(vec![key(2)], vec![BytesMut::from(&[7u8; 100][..])])
+        .await;
+    assert!(!loaded.hits.get(0));
+    assert!(loaded.buffers[0].iter().all(|&b| b == 7), "no partial copy");
+    // The Xet read failed (and fell back); `resolve` found 64 bytes.
+    assert_eq!(load_counters(&tier).await, (0, 1, 1));
+    tier.shutdown();
+}
+
 /// A direct reader serves loads while its read token has more than a minute left; a load
 /// batch that finds it shorter opens a new reader with a new token first.
 #[actix_rt::test]

@@ -15,9 +15,9 @@
 //!    response straight into place; LZ4 and BG4-LZ4 chunks (`huggingface_hub`'s and LMCache's
 //!    writes) are decoded by xet-core-structures into place.
 //!
-//! Invariants: nothing is written outside `buf`; a load is a hit only when the terms decoded
-//! to exactly `buf.len()` bytes, each term to its declared length and each chunk to its
-//! header's; every other outcome is an error, and the adapter then falls back to `resolve`
+//! Invariants: nothing is written outside `buf`, and nothing at all when the terms' lengths do
+//! not add up to `buf.len()`; a load is a hit only when the terms decoded to exactly
+//! `buf.len()` bytes, each term to its declared length and each chunk to its header's; every other outcome is an error, and the adapter then falls back to `resolve`
 //! (which decides between hit, size mismatch and absent). Requests go through the Hub client,
 //! so they share its connection pool and its retry policy.
 
@@ -58,6 +58,20 @@ pub fn read_direct(
                 "the reconstruction starts {} bytes into its first term",
                 recon.offset_into_first_range
             ),
+        ));
+    }
+    // The terms give the file's size: check it before a byte moves, so that a file whose
+    // size is not the buffer's (a stale hash, a Hub that disagrees with its CAS) is never
+    // partly copied.
+    let total: u64 = recon
+        .terms
+        .iter()
+        .map(|t| u64::from(t.unpacked_length))
+        .sum();
+    if total != buf.len() as u64 {
+        return Err(malformed(
+            hash,
+            format_args!("it holds {total} bytes, not the {} expected", buf.len()),
         ));
     }
     let mut off = 0usize;
