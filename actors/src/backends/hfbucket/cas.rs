@@ -17,9 +17,10 @@
 //!
 //! Invariants: nothing is written outside `buf`, and nothing at all when the terms' lengths do
 //! not add up to `buf.len()`; a load is a hit only when the terms decoded to exactly
-//! `buf.len()` bytes, each term to its declared length and each chunk to its header's; every other outcome is an error, and the adapter then falls back to `resolve`
-//! (which decides between hit, size mismatch and absent). Requests go through the Hub client,
-//! so they share its connection pool and its retry policy.
+//! `buf.len()` bytes, each term to its declared length and each chunk to its header's; every
+//! other outcome is an error, and the adapter then falls back to `resolve` (which decides
+//! between hit, size mismatch and absent). Requests go through the Hub client, so they share
+//! its connection pool and its retry policy.
 
 use std::io::{BufRead, BufReader, Cursor, Read};
 
