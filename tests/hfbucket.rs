@@ -40,6 +40,12 @@ impl Hf {
         c
     }
 
+    /// The bucket path of `key(k)` under the run's prefix (the `seed` name format).
+    fn path(&self, k: u32) -> String {
+        let name = key(k).object_name(kvtier::NameFormat::Seed);
+        format!("{}/{}", self.run, kvtier::actors::key::hf_encode(&name))
+    }
+
     fn adapter_with(&self, c: HfBucketConfig) -> AdapterConfig {
         {
             let mut built = AdapterConfig::default();
@@ -472,24 +478,27 @@ async fn loads_fall_back_to_resolve_when_xet_is_unavailable() {
     tier.shutdown();
 }
 
-#[actix_rt::test]
-async fn a_failed_xet_load_falls_back_to_resolve() {
-    let fx = Hf::new();
+/// A tier on the run's prefix holding `key(1)`, 64 bytes.
+async fn one_object(fx: &Hf) -> Tier {
     let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
         .await
         .unwrap();
-    tier.store(vec![key(1)], vec![payload(1, 64)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 64)])
         .await
-        .unwrap();
-    // A file whose xetHash the CAS does not know: the Xet stream ends empty (debug builds of
-    // xet-data also print a debug assertion from one of its background tasks), the adapter
-    // falls back to resolve, and resolve answers 404.
-    let path = format!(
-        "{}/{}",
-        fx.run,
-        kvtier::actors::key::hf_encode(&key(2).object_name(kvtier::NameFormat::Seed))
-    );
-    fx.hub.insert_file(BUCKET, &path, &"ab".repeat(32), 64);
+        .unwrap()
+        .success());
+    tier
+}
+
+#[actix_rt::test]
+async fn a_failed_xet_load_falls_back_to_resolve() {
+    let fx = Hf::new();
+    let tier = one_object(&fx).await;
+    // A file whose xetHash the CAS does not know: the CAS has no reconstruction for it, the
+    // adapter falls back to resolve, and resolve answers 404.
+    fx.hub
+        .insert_file(BUCKET, &fx.path(2), &"ab".repeat(32), 64);
     fx.hub.reset_requests();
     let loaded = tier
         .load(
@@ -516,15 +525,8 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
 #[actix_rt::test]
 async fn a_xet_file_of_another_size_is_a_miss_without_a_partial_copy() {
     let fx = Hf::new();
-    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
-        .await
-        .unwrap();
-    tier.store(vec![key(1)], vec![payload(1, 64)])
-        .await
-        .unwrap();
-    let name =
-        |k: u32| kvtier::actors::key::hf_encode(&key(k).object_name(kvtier::NameFormat::Seed));
-    let stored = format!("{}/{}", fx.run, name(1));
+    let tier = one_object(&fx).await;
+    let stored = fx.path(1);
     let hash = fx
         .hub
         .files(BUCKET)
@@ -532,8 +534,7 @@ async fn a_xet_file_of_another_size_is_a_miss_without_a_partial_copy() {
         .find(|f| f.path == stored)
         .expect("the stored file")
         .xet_hash;
-    fx.hub
-        .insert_file(BUCKET, &format!("{}/{}", fx.run, name(2)), &hash, 100);
+    fx.hub.insert_file(BUCKET, &fx.path(2), &hash, 100);
     let loaded = tier
         .load(vec![key(2)], vec![BytesMut::from(&[7u8; 100][..])])
         .await;
