@@ -35,7 +35,7 @@ use bytes::Bytes;
 use clap::Parser;
 use kvtier::actors::backends::hfbucket::hub::{HubClient, MAX_PER_REQUEST};
 use kvtier::actors::backends::hfbucket::xet::{WriteSettings, XetReader, XetWriter};
-use kvtier::actors::backends::hfbucket::BucketHandle;
+use kvtier::actors::backends::hfbucket::{BucketHandle, XetLoadPath};
 use kvtier::actors::config::Secret;
 use kvtier::actors::storage::Fetched;
 use rand::{RngCore, SeedableRng};
@@ -272,7 +272,7 @@ fn main() {
                 .collect()
         })
         .collect();
-    let reader = XetReader::connect(&hub, &cache, true).expect("xet reader");
+    let reader = XetReader::connect(&hub, &cache, XetLoadPath::Direct).expect("xet reader");
     // Untimed warm-up: connections, token, runtime threads.
     pass(&hub, &reader, &warm[0], Path::Resolve, a.workers, size);
     pass(&hub, &reader, &warm[1], Path::Xet, a.workers, size);

@@ -75,26 +75,15 @@ pub fn read_direct(
             format_args!("it holds {total} bytes, not the {} expected", buf.len()),
         ));
     }
+    // The terms tile `buf` exactly (their lengths add up to it).
     let mut off = 0usize;
     for term in &recon.terms {
         let len = term.unpacked_length as usize;
-        let Some(dest) = buf.get_mut(off..off + len) else {
-            return Err(malformed(
-                hash,
-                format_args!("its terms are longer than its {} bytes", buf.len()),
-            ));
-        };
-        read_term(hub, &recon, term, dest).map_err(|e| match e {
+        read_term(hub, &recon, term, &mut buf[off..off + len]).map_err(|e| match e {
             TermError::Backend(e) => e,
             TermError::Format(what) => malformed(hash, what),
         })?;
         off += len;
-    }
-    if off != buf.len() {
-        return Err(malformed(
-            hash,
-            format_args!("its terms hold {off} of its {} bytes", buf.len()),
-        ));
     }
     Ok(())
 }

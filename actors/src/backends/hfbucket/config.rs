@@ -89,6 +89,16 @@ pub enum XetLoadPath {
     HfXet,
 }
 
+impl XetLoadPath {
+    /// The path's name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Direct => "direct",
+            Self::HfXet => "hf-xet",
+        }
+    }
+}
+
 /// The xorb compression scheme of stores (`xet_compression`). Readers (hf_xet,
 /// `huggingface_hub`, LMCache) decode every scheme: the scheme is recorded per chunk.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]

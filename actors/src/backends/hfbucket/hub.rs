@@ -89,6 +89,13 @@ pub struct XetToken {
     pub fetched: u64,
 }
 
+impl XetToken {
+    /// Whether the token is still valid `secs` seconds after `now` (seconds since the epoch).
+    pub fn lasts(&self, now: u64, secs: u64) -> bool {
+        self.exp > now.saturating_add(secs)
+    }
+}
+
 /// Seconds since the epoch.
 pub(crate) fn unix_now() -> u64 {
     std::time::SystemTime::now()
@@ -388,11 +395,7 @@ impl HubClient {
                 return Err(status_error("get", s, &body));
             }
         }
-        let declared = r
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
+        let declared = content_length(&r);
         if declared.is_some_and(|d| d != buf.len() as u64) {
             return Ok(Fetched::SizeMismatch {
                 actual: declared.unwrap_or(0),
@@ -454,13 +457,8 @@ impl HubClient {
         const OP: &str = "xet-range";
         let header = range.range_header();
         let mut r = self.call(OP, |a| a.get(url).header("Range", &header).call())?;
-        let status = r.status().as_u16();
-        let length = r
-            .headers()
-            .get("content-length")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        match status {
+        let length = content_length(&r);
+        match r.status().as_u16() {
             206 => Ok(r),
             200 if length == Some(range.length()) => Ok(r),
             200 => Err(BackendError::io(
@@ -473,6 +471,16 @@ impl HubClient {
             }
         }
     }
+}
+
+/// The `Content-Length` an answer declares, if any.
+fn content_length(r: &ureq::http::Response<ureq::Body>) -> Option<u64> {
+    r.headers()
+        .get("content-length")?
+        .to_str()
+        .ok()?
+        .parse()
+        .ok()
 }
 
 /// The `rel="next"` target of a `Link` header.

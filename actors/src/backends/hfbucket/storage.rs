@@ -76,8 +76,8 @@ struct Ctx {
     format: NameFormat,
     xet_dir: PathBuf,
     write: WriteSettings,
-    /// `xet_load_path = "direct"`.
-    direct_loads: bool,
+    /// How loads read the Xet CAS.
+    load_path: XetLoadPath,
 }
 
 /// A store job's share of the actor's state: the Xet writer and write token, if it has them.
@@ -408,7 +408,7 @@ impl HfStorage {
                     global_dedup: cfg.xet_global_dedup,
                     token_reserve: cfg.xet_token_reserve_secs,
                 },
-                direct_loads: cfg.xet_load_path == XetLoadPath::Direct,
+                load_path: cfg.xet_load_path,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -712,7 +712,7 @@ impl Storage for HfStorage {
                 let ctx2 = ctx.clone();
                 let prep = run_on(&pool, move || {
                     let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
-                    let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir, ctx2.direct_loads) {
+                    let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir, ctx2.load_path) {
                         Ok(r) => Ok(Arc::new(r)),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
@@ -774,7 +774,8 @@ impl Storage for HfStorage {
             .await;
             let count = |s: Served| done.iter().filter(|(_, x)| *x == s).count() as u64;
             let fallbacks = count(Served::Fallback);
-            if let Some(r) = used.filter(|r| fallbacks > 0 && r.is_direct()) {
+            let direct = ctx.load_path == XetLoadPath::Direct;
+            if let Some(r) = used.filter(|_| fallbacks > 0 && direct) {
                 learnt.push(Learnt::ReaderFailed(r));
             }
             learnt.push(Learnt::Loads {
@@ -927,7 +928,7 @@ impl Storage for HfStorage {
                 "resolve": self.loads_resolve,
                 "xet_fallbacks": self.xet_fallbacks,
                 "xet_reader_open": self.reader.is_some(),
-                "xet_load_path": if self.ctx.direct_loads { "direct" } else { "hf-xet" },
+                "xet_load_path": self.ctx.load_path.as_str(),
             },
             "stores": {
                 "xet_compression": self.ctx.write.compression,

@@ -20,6 +20,7 @@ use xet::xet_session::{
     XetSession, XetSessionBuilder,
 };
 
+use super::config::XetLoadPath;
 use super::hub::{HubClient, XetToken};
 use crate::storage::{BackendError, Fetched};
 
@@ -81,16 +82,17 @@ impl std::fmt::Debug for XetReader {
     }
 }
 
-/// A direct reader is replaced when its read token has less than this left (seconds).
-const READ_TOKEN_MARGIN: u64 = 60;
-
 impl XetReader {
     /// Fetches a read token (one `xet-read-token` request) and, for the hf-xet path, opens the
     /// session and stream group. Must run on a plain thread (a worker), not inside a tokio
     /// runtime.
-    pub fn connect(hub: &HubClient, cache_dir: &Path, direct: bool) -> Result<Self, BackendError> {
+    pub fn connect(
+        hub: &HubClient,
+        cache_dir: &Path,
+        path: XetLoadPath,
+    ) -> Result<Self, BackendError> {
         let token = hub.xet_read_token()?;
-        if direct {
+        if path == XetLoadPath::Direct {
             return Ok(Self {
                 path: ReadPath::Direct(token),
             });
@@ -119,14 +121,9 @@ impl XetReader {
     /// reader's token must have a minute left; the hf-xet path refreshes its own.
     pub fn fresh(&self, now: u64) -> bool {
         match &self.path {
-            ReadPath::Direct(token) => token.exp > now.saturating_add(READ_TOKEN_MARGIN),
+            ReadPath::Direct(token) => token.lasts(now, TOKEN_MARGIN),
             ReadPath::Stream { .. } => true,
         }
-    }
-
-    /// Whether loads go through kvtier's own reconstruction reader.
-    pub fn is_direct(&self) -> bool {
-        matches!(self.path, ReadPath::Direct(_))
     }
 
     /// Reads the Xet file `hash` of `size` bytes into `buf`. A `size` other than `buf.len()`
@@ -198,8 +195,9 @@ pub struct WriteSettings {
     pub token_reserve: u64,
 }
 
-/// A cached token is replaced when it has less than this left, whatever the reserve.
-const WRITE_TOKEN_MARGIN: u64 = 60;
+/// A cached token (a write token, or a direct reader's read token) is replaced when it has
+/// less than this left (seconds), whatever the reserve.
+const TOKEN_MARGIN: u64 = 60;
 
 impl WriteSettings {
     /// Whether `token` may start a commit at `now` (seconds since the epoch). It must leave
@@ -209,17 +207,17 @@ impl WriteSettings {
     pub fn token_usable(&self, token: &XetToken, now: u64) -> bool {
         let lifetime = token.exp.saturating_sub(token.fetched);
         let need = if self.token_reserve > 0 && lifetime > self.token_reserve {
-            self.token_reserve.max(WRITE_TOKEN_MARGIN)
+            self.token_reserve.max(TOKEN_MARGIN)
         } else {
-            WRITE_TOKEN_MARGIN
+            TOKEN_MARGIN
         };
-        token.exp > now.saturating_add(need)
+        token.lasts(now, need)
     }
 
     /// Whether a commit started at `now` with `token` needs Xet's token refresher: when the
     /// token has less than the reserve left, or the reserve is 0.
     pub fn needs_refresher(&self, token: &XetToken, now: u64) -> bool {
-        self.token_reserve == 0 || token.exp <= now.saturating_add(self.token_reserve)
+        self.token_reserve == 0 || !token.lasts(now, self.token_reserve)
     }
 }
 
@@ -360,8 +358,8 @@ mod tests {
         let s = settings(600);
         let t = token(1000, 300);
         assert!(s.token_usable(&t, 1000));
-        assert!(s.token_usable(&t, 1000 + 300 - WRITE_TOKEN_MARGIN - 1));
-        assert!(!s.token_usable(&t, 1000 + 300 - WRITE_TOKEN_MARGIN));
+        assert!(s.token_usable(&t, 1000 + 300 - TOKEN_MARGIN - 1));
+        assert!(!s.token_usable(&t, 1000 + 300 - TOKEN_MARGIN));
         assert!(s.needs_refresher(&t, 1000));
     }
 
@@ -372,7 +370,7 @@ mod tests {
         let s = settings(0);
         let t = token(1000, 3600);
         assert!(s.needs_refresher(&t, 1000));
-        assert!(s.token_usable(&t, 4600 - WRITE_TOKEN_MARGIN - 1));
-        assert!(!s.token_usable(&t, 4600 - WRITE_TOKEN_MARGIN));
+        assert!(s.token_usable(&t, 4600 - TOKEN_MARGIN - 1));
+        assert!(!s.token_usable(&t, 4600 - TOKEN_MARGIN));
     }
 }
