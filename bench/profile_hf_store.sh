@@ -2,14 +2,15 @@
 # perf profile of the kvtier plugin's hfbucket store phase only (bench/store_only.py), against a
 # fresh release Hub emulator. Usage: bench/profile_hf_store.sh SITE OUT.perf [store_only.py args]
 #   SITE: a `pip install --target` of a kvtier wheel (release); OUT.perf: perf's output file.
-#   PERF_OPTS (default "-F 299 --call-graph dwarf,32768").
+#   PERF_OPTS (default "-F 299 --call-graph dwarf,32768"); KVTIER_HUB_EMULATOR_BIN (default
+#   target/release/examples/hub_emulator).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SITE=$(realpath "$1"); OUT=$(realpath -m "$2"); shift 2
 V="${KVTIER_TOOLS_DIR:-$HOME/.cache/kvtier-tools}/lmcache-venv"
 D=$(mktemp -d); trap 'kill $EMU 2>/dev/null; rm -rf "$D"' EXIT
 mkfifo "$D/ctl" "$D/ack"
-target/release/examples/hub_emulator --port 0 --token hf_kvtier_bench_token > "$D/endpoint" 2>/dev/null &
+"${KVTIER_HUB_EMULATOR_BIN:-target/release/examples/hub_emulator}" --port 0 --token hf_kvtier_bench_token > "$D/endpoint" 2>/dev/null &
 EMU=$!
 until [ -s "$D/endpoint" ]; do sleep 0.1; done
 EP=$(head -1 "$D/endpoint")

@@ -1,6 +1,7 @@
 """Store phase of bench/peer_lmcache.py alone, repeated --reps times, for profiling: with PERF_CTL and
 PERF_ACK set (perf record --control=fifo:CTL,ACK -D -1) only the store phases are sampled.
-Prints one JSON line per repetition (MiB/s, client CPU-s/GiB, failed tasks)."""
+Prints one JSON line per repetition (MiB/s, client CPU-s/GiB, minor page faults per GiB, RSS
+after the repetition in MiB, failed tasks)."""
 import argparse, json, os, sys, time, resource
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import peer_lmcache as P
@@ -18,6 +19,9 @@ import numpy as np, torch
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryObjMetadata, TensorMemoryObj
 n, size = args.chunks, args.chunk_size
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return next(int(l.split()[1]) for l in f if l.startswith("VmRSS:")) / 1024
 a = P.build(json.loads(args.spec))
 for rep in range(args.reps):
     if args.fp16:
@@ -37,13 +41,16 @@ for rep in range(args.reps):
             with open(ctl, "w") as f: f.write(cmd + "\n")
             with open(os.environ["PERF_ACK"]) as f: f.readline()
     perf("enable")
+    f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     c0 = P.cpu_seconds(); t0 = time.perf_counter()
     res = P.drive(idx, lambda b: a.submit_store_task([keys[i] for i in b], [objs[i] for i in b]),
                   lambda ids: a.pop_completed_store_tasks(), a.get_store_event_fd(), args.tasks)
     t1 = time.perf_counter(); c1 = P.cpu_seconds()
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0
     perf("disable")
     bad = sum(1 for r in res.values() if not r.is_successful())
     gib = n * size / 2**30
-    print(json.dumps({"rep": rep, "mib_s": n * size / 2**20 / (t1 - t0), "cpu_gib": (c1 - c0) / gib, "failed": bad}), flush=True)
+    print(json.dumps({"rep": rep, "mib_s": n * size / 2**20 / (t1 - t0), "cpu_gib": (c1 - c0) / gib,
+                      "minor_faults_per_gib": faults / gib, "rss_mib": rss_mib(), "failed": bad}), flush=True)
 a.close()
 os._exit(0)

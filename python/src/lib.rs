@@ -33,6 +33,8 @@
 
 #![warn(missing_docs)]
 
+mod alloc;
+
 use std::os::fd::RawFd;
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -766,6 +768,7 @@ fn check_adapter(adapter_json: &str) -> PyResult<String> {
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Core>()?;
     m.add_function(wrap_pyfunction!(check_adapter, m)?)?;
+    m.add_function(wrap_pyfunction!(alloc::allocator, m)?)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -6,6 +6,7 @@ adapter's eventfds (poll with a generous timeout), never by sleeping.
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import threading
@@ -126,6 +127,26 @@ def test_import_kvtier_does_not_need_lmcache():
     code = "import sys; sys.modules['lmcache'] = None; import kvtier.lmcache"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert r.returncode != 0 and "lmcache" in r.stderr
+
+
+def test_module_allocator_keeps_freed_pages_unless_the_environment_says_otherwise():
+    # The wheel's default build: jemalloc with decay off (python/src/alloc.rs); an operator's
+    # _RJEM_MALLOC_CONF wins over it.
+    import subprocess
+    import sys
+
+    code = "import json, kvtier; print(json.dumps(kvtier.allocator()))"
+    env = {k: v for k, v in os.environ.items() if k != "_RJEM_MALLOC_CONF"}
+    runs = {}
+    for conf in (None, "dirty_decay_ms:10000,muzzy_decay_ms:0"):
+        e = dict(env, **({"_RJEM_MALLOC_CONF": conf} if conf else {}))
+        r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e)
+        assert r.returncode == 0, r.stderr
+        runs[conf] = json.loads(r.stdout)
+    assert runs[None] == {"name": "jemalloc", "malloc_conf": "dirty_decay_ms:-1,muzzy_decay_ms:-1",
+                          "dirty_decay_ms": -1, "muzzy_decay_ms": -1}
+    over = runs["dirty_decay_ms:10000,muzzy_decay_ms:0"]
+    assert (over["dirty_decay_ms"], over["muzzy_decay_ms"]) == (10000, 0)
 
 
 @pytest.mark.parametrize("params, field", [
@@ -385,6 +406,28 @@ def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path)
     loads = kv.report_status()["details"]["loads"]
     assert loads["xet_load_path"] == "direct", loads
     assert loads["xet"] >= 3 and loads["resolve"] == 0 and loads["xet_fallbacks"] == 0, loads
+
+
+def test_hfbucket_stores_reuse_freed_memory(make_adapter, hub):
+    # Each Xet commit serializes its xorb into a fresh 64 MiB buffer. With the module's jemalloc
+    # keeping freed pages (python/src/alloc.rs), later stores reuse them; with glibc's malloc
+    # or jemalloc's defaults, every 4 KiB stored is a page fault (BENCHMARKS.md, "jemalloc in
+    # the module"). Run with _RJEM_MALLOC_CONF=dirty_decay_ms:10000,muzzy_decay_ms:0 to see
+    # this fail.
+    import resource
+
+    a = make_adapter(plugin_spec(hub.kvtier_params(unique("alloc"))))
+    n, size = 16, 4 << 20
+    objs = [mobj(size, seed=i) for i in range(n)]
+    faults = []
+    for rep in range(3):
+        keys = keys_for("alloc/model", n, start=rep * n)
+        f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        r = store(a, keys, objs)
+        faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
+        assert r.is_successful() and r.bytes_transferred() == n * size
+    pages = n * size // 4096
+    assert min(faults[1:]) < pages // 4, (faults, pages)
 
 
 def test_interop_with_lmcache_fs(make_adapter, tmp_path):

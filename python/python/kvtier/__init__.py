@@ -4,6 +4,6 @@ The Rust runtime is in ``kvtier._native``. ``kvtier.lmcache.KvtierL2Adapter`` is
 L2 adapter plugin built on it; importing ``kvtier`` alone does not need LMCache.
 """
 
-from kvtier._native import Core, __version__, check_adapter
+from kvtier._native import Core, __version__, allocator, check_adapter
 
-__all__ = ["Core", "check_adapter", "__version__"]
+__all__ = ["Core", "allocator", "check_adapter", "__version__"]
