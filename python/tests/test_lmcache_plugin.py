@@ -270,6 +270,7 @@ def test_list_and_status(make_adapter, backend):
     status = a.report_status()
     assert status["is_healthy"] is True and status["kvtier_adapter"] == backend["type"]
     assert status["current_size_bytes"] == sum(1000 + i for i in range(5))
+    assert status["allocator"]["name"] == "jemalloc" and status["allocator"]["dirty_decay_ms"] == -1
     seen, cursor = [], None
     while True:
         page = a.list_l2_keys(model_name=model, page_size=2, cursor=cursor)

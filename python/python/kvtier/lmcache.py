@@ -41,7 +41,7 @@ from lmcache.v1.distributed.api import KeyEntry, KeyListPage, ObjectKey
 from lmcache.v1.distributed.internal_api import L2StoreResult
 from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface, L2TaskId
 
-from kvtier._native import Core
+from kvtier._native import Core, allocator
 
 if TYPE_CHECKING:
     from lmcache.v1.distributed.api import MemoryLayoutDesc
@@ -241,6 +241,8 @@ class KvtierL2Adapter(L2AdapterInterface):
             "eviction": "kvtier" if self._kvtier_evicts else "lmcache",
             "current_size_bytes": usage.total_bytes_used,
             "max_capacity_bytes": self._capacity_bytes,
+            # The module's allocator and its decay settings (README, "Memory allocator").
+            "allocator": allocator(),
         }
         if self._core.closed:
             return status
