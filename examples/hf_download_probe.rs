@@ -35,7 +35,7 @@ use bytes::Bytes;
 use clap::Parser;
 use kvtier::actors::backends::hfbucket::hub::{HubClient, MAX_PER_REQUEST};
 use kvtier::actors::backends::hfbucket::xet::{WriteSettings, XetReader, XetWriter};
-use kvtier::actors::backends::hfbucket::{BucketHandle, XetLoadPath};
+use kvtier::actors::backends::hfbucket::{BucketHandle, XetChunking, XetLoadPath, XetStorePath};
 use kvtier::actors::config::Secret;
 use kvtier::actors::storage::Fetched;
 use rand::{RngCore, SeedableRng};
@@ -119,12 +119,13 @@ fn upload_set(
         compression: "none",
         global_dedup: false,
         token_reserve: 600,
+        store_path: XetStorePath::Direct,
+        chunking: XetChunking::Cdc,
     };
-    let writer = XetWriter::open(cache, &settings).expect("xet writer");
     let token = hub.xet_write_token().expect("xet write token");
+    let writer = XetWriter::open(cache, hub, &token, &settings).expect("xet writer");
     for (ps, bs) in paths.chunks(16).zip(payloads.chunks(16)) {
         let named: Vec<(String, Bytes)> = ps.iter().cloned().zip(bs.iter().cloned()).collect();
-        // The probe keeps Xet's token refresher on every commit (hf_xet's behaviour).
         let ups = writer
             .upload(hub, &token, true, &named)
             .expect("xet upload");

@@ -874,6 +874,17 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
     assert!(fetched > 3, "the refresher ran: {fetched} tokens");
     tier.shutdown();
 
+    // The same on hf-xet's store path, whose commits then carry Xet's refresher (kvtier's own
+    // writer, the default above, has its CAS client ask the Hub for tokens itself).
+    let mut c = fx.config(&fx.run);
+    c.xet_store_path = serde_json::from_value(serde_json::json!("hf-xet")).unwrap();
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    let fetched = three_batches_round_trip(&fx, &tier, 300).await;
+    assert!(fetched > 3, "hf-xet's refresher ran: {fetched} tokens");
+    tier.shutdown();
+
     // Reserve 0 (hf_xet's behaviour) with hour-long tokens: still one token.
     fx.hub.set_xet_token_lifetime(Duration::from_secs(3600));
     let mut c = fx.config(&fx.run);
@@ -923,5 +934,118 @@ async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
         // Through the direct reader, which decoded every scheme (no fallback to resolve).
         assert_eq!(load_counters(&tier).await, (4, 0, 0), "{scheme}");
         tier.shutdown();
+    }
+}
+
+/// The conformance suite on the other store paths: hf-xet's commit (`xet_store_path =
+/// "hf-xet"`, the switch back) and kvtier's writer with fixed 64 KiB chunks.
+struct HfStorePath {
+    hf: Hf,
+    store: &'static str,
+    chunking: &'static str,
+}
+
+impl HfStorePath {
+    fn new(store: &'static str, chunking: &'static str) -> Self {
+        Self {
+            hf: Hf::new(),
+            store,
+            chunking,
+        }
+    }
+}
+
+impl Fixture for HfStorePath {
+    fn adapter(&self, slot: usize) -> AdapterConfig {
+        let mut c = self.hf.config(&format!("{}/slot{slot}", self.hf.run));
+        c.xet_store_path = serde_json::from_value(serde_json::json!(self.store)).unwrap();
+        c.xet_chunking = serde_json::from_value(serde_json::json!(self.chunking)).unwrap();
+        self.hf.adapter_with(c)
+    }
+}
+
+mod hf_xet_store {
+    use super::*;
+    conformance_tests!(HfStorePath::new("hf-xet", "cdc"));
+}
+
+mod fixed_chunks {
+    use super::*;
+    conformance_tests!(HfStorePath::new("direct", "fixed"));
+}
+
+/// Every store path writes objects that both load paths read back (across xorbs: one batch
+/// holds 80 MiB, more than a xorb), through the CAS's own checks of xorbs and shards; with
+/// Xet's chunker, kvtier's own writer gives exactly hf-xet's Xet hashes.
+#[actix_rt::test]
+async fn every_store_path_writes_what_every_load_path_reads() {
+    let fx = Hf::new();
+    let sizes = [1usize, 3000, 64 << 10, 200_000, 40 << 20, 40 << 20];
+    let data: Vec<Bytes> = sizes
+        .iter()
+        .enumerate()
+        .map(|(i, &n)| payload(500 + i as u32, n))
+        .collect();
+    let keys: Vec<_> = (0..sizes.len() as u32).map(key).collect();
+    let mut hashes = std::collections::BTreeMap::new();
+    for (store, chunking) in [("hf-xet", "cdc"), ("direct", "cdc"), ("direct", "fixed")] {
+        let prefix = format!("{}/{store}-{chunking}", fx.run);
+        let config = |load: &str| {
+            let mut c = fx.config(&prefix);
+            c.xet_store_path = serde_json::from_value(serde_json::json!(store)).unwrap();
+            c.xet_chunking = serde_json::from_value(serde_json::json!(chunking)).unwrap();
+            c.xet_load_path = serde_json::from_value(serde_json::json!(load)).unwrap();
+            fx.adapter_with(c)
+        };
+        let tier = Tier::start(&tier_config(vec![config("direct")]))
+            .await
+            .unwrap();
+        assert!(tier
+            .store(keys.clone(), data.clone())
+            .await
+            .unwrap()
+            .success());
+        let st = store_details(&tier).await;
+        assert_eq!(st["xet_store_path"], store, "{st}");
+        assert_eq!(st["xet_chunking"], chunking, "{st}");
+        assert_eq!(st["xet_commits"], 1, "{st}");
+        tier.shutdown();
+        for load in ["direct", "hf-xet"] {
+            let tier = Tier::start(&tier_config(vec![config(load)])).await.unwrap();
+            let bufs = sizes.iter().map(|&n| BytesMut::zeroed(n)).collect();
+            let loaded = tier.load(keys.clone(), bufs).await;
+            assert!(loaded.hits.all(), "{store}/{chunking} read by {load}");
+            for (i, (b, d)) in loaded.buffers.iter().zip(&data).enumerate() {
+                assert!(
+                    b[..] == d[..],
+                    "{store}/{chunking} read by {load}: object {i}"
+                );
+            }
+            assert_eq!(load_counters(&tier).await.1, 0, "no resolve fallback");
+            tier.shutdown();
+        }
+        let mine: Vec<(u64, String)> = fx
+            .hub
+            .files(BUCKET)
+            .into_iter()
+            .filter(|f| f.path.starts_with(&format!("{prefix}/")))
+            .map(|f| (f.size, f.xet_hash))
+            .collect();
+        assert_eq!(mine.len(), sizes.len());
+        hashes.insert(format!("{store}-{chunking}"), mine);
+    }
+    assert_eq!(
+        hashes["direct-cdc"], hashes["hf-xet-cdc"],
+        "Xet's chunker in kvtier's writer gives hf-xet's hashes"
+    );
+    // One chunk either way for the small objects; more, cut elsewhere, for the large ones.
+    let (fixed, cdc) = (&hashes["direct-fixed"], &hashes["hf-xet-cdc"]);
+    for (f, c) in fixed.iter().zip(cdc) {
+        assert_eq!(f.0, c.0);
+        if f.0 <= 3000 {
+            assert_eq!(f.1, c.1, "size {}", f.0);
+        } else if f.0 >= 40 << 20 {
+            assert_ne!(f.1, c.1, "size {}", f.0);
+        }
     }
 }

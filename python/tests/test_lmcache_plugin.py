@@ -407,6 +407,21 @@ def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path)
     loads = kv.report_status()["details"]["loads"]
     assert loads["xet_load_path"] == "direct", loads
     assert loads["xet"] >= 3 and loads["resolve"] == 0 and loads["xet_fallbacks"] == 0, loads
+    # Objects of many Xet chunks from kvtier's own writer (the default, with Xet's chunker, and
+    # with fixed chunks), read back by LMCache through huggingface_hub.
+    stores = kv.report_status()["details"]["stores"]
+    assert (stores["xet_store_path"], stores["xet_chunking"]) == ("direct", "cdc"), stores
+    fixed = make_adapter(plugin_spec(hub.kvtier_params(bucket, xet_chunking="fixed")))
+    assert fixed.report_status()["details"]["stores"]["xet_chunking"] == "fixed"
+    for n, writer in enumerate((kv, fixed)):
+        keys = keys_for(unique("m/large"), 2)
+        objs = [mobj(1 << 20, seed=100 + 2 * n + i) for i in range(2)]
+        assert store(writer, keys, objs).is_successful()
+        outs = [mobj(1 << 20) for _ in keys]
+        assert lookup(lm, keys) == [True] * 2
+        assert load(lm, keys, outs) == [True] * 2
+        assert [data(o) for o in outs] == [data(o) for o in objs], n
+        lm.submit_unlock(keys)
 
 
 def test_hfbucket_stores_reuse_freed_memory(make_adapter, hub):

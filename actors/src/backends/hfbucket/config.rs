@@ -55,7 +55,7 @@ pub struct HfBucketConfig {
     pub xet_compression: XetCompression,
     /// Ask the CAS, for the first chunk of every object, whether it already holds it (Xet's
     /// global deduplication; default false: one more request per object for KV chunks that
-    /// are unique by construction).
+    /// are unique by construction). Only with `xet_store_path = "hf-xet"`.
     #[serde(default)]
     pub xet_global_dedup: bool,
     /// Seconds of life a Xet write token must have left for a store commit to run without
@@ -71,6 +71,69 @@ pub struct HfBucketConfig {
     /// [`XetLoadPath`].
     #[serde(default)]
     pub xet_load_path: XetLoadPath,
+    /// How stores write to the Xet CAS (default `direct`: kvtier chunks, packs and uploads the
+    /// xorbs and the shard itself; `hf-xet`: hf-xet's upload commit). See [`XetStorePath`].
+    #[serde(default)]
+    pub xet_store_path: XetStorePath,
+    /// How `direct` stores cut objects into chunks (default `cdc`: Xet's content-defined
+    /// chunker, as the Xet protocol requires, with hf-xet's hashes; `fixed`: 64 KiB pieces,
+    /// outside the protocol). See [`XetChunking`].
+    #[serde(default)]
+    pub xet_chunking: XetChunking,
+}
+
+/// How stores write to the Xet CAS (`xet_store_path`). Both write the same Xet format, which
+/// every reader reads.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum XetStorePath {
+    /// kvtier's own writer ([`XetChunking`] chunks, packed in order into xorbs, uploaded with
+    /// one shard per commit through one long-lived xet-client CAS client): no deduplication
+    /// (KV chunks are unique) and no per-commit session, about 20 % less client CPU than
+    /// `hf-xet` (BENCHMARKS.md).
+    #[default]
+    Direct,
+    /// hf-xet's upload commit: its chunker, deduplication and xorb packing, and a session of
+    /// its own per commit. The switch back.
+    HfXet,
+}
+
+impl XetStorePath {
+    /// The path's name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::HfXet => "hf-xet",
+            Self::Direct => "direct",
+        }
+    }
+}
+
+/// How `direct` stores cut objects into chunks (`xet_chunking`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum XetChunking {
+    /// Xet's content-defined chunker (a rolling hash over every byte): the same chunks, and
+    /// so the same Xet hashes, as hf-xet and `huggingface_hub` give the same bytes.
+    #[default]
+    Cdc,
+    /// 64 KiB pieces (the last one shorter): no rolling hash, about half the client CPU of
+    /// `cdc`. Readers never re-chunk, so every reader reads the objects back; but the Xet
+    /// protocol says chunk boundaries MUST follow its chunking algorithm, so the objects'
+    /// hashes are not the ones another client computes for the same bytes, and a CAS that
+    /// checks boundaries would refuse them. For a CAS you run yourself.
+    Fixed,
+}
+
+impl XetChunking {
+    /// The chunking's name in the configuration.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cdc => "cdc",
+            Self::Fixed => "fixed",
+        }
+    }
 }
 
 /// How loads read the Xet CAS (`xet_load_path`). Both read every compression scheme and fall
@@ -263,6 +326,8 @@ impl HfBucketConfig {
             xet_global_dedup: false,
             xet_token_reserve_secs: default_token_reserve(),
             xet_load_path: XetLoadPath::default(),
+            xet_store_path: XetStorePath::default(),
+            xet_chunking: XetChunking::default(),
         }
     }
 
@@ -288,6 +353,21 @@ impl HfBucketConfig {
             return Err(FieldError::new(
                 "num_workers",
                 format!("must be between 1 and 1024, got {}", self.num_workers),
+            ));
+        }
+        if self.xet_chunking != XetChunking::Cdc && self.xet_store_path != XetStorePath::Direct {
+            return Err(FieldError::new(
+                "xet_chunking",
+                format!(
+                    "{:?} needs xet_store_path = \"direct\" (hf-xet always uses Xet's chunker)",
+                    self.xet_chunking.as_str()
+                ),
+            ));
+        }
+        if self.xet_global_dedup && self.xet_store_path != XetStorePath::HfXet {
+            return Err(FieldError::new(
+                "xet_global_dedup",
+                "needs xet_store_path = \"hf-xet\" (kvtier's own writer does not deduplicate)",
             ));
         }
         if let Some(e) = &self.hf_endpoint {
@@ -442,5 +522,39 @@ mod tests {
         assert!(c.validate().is_ok());
         let c = HfBucketConfig::new("hf://buckets/o");
         assert_eq!(c.validate().unwrap_err().field, "bucket_handle");
+    }
+
+    #[test]
+    fn store_path_options_need_their_store_path() {
+        let parse = |j: serde_json::Value| {
+            let mut j = j;
+            j["bucket_handle"] = "hf://buckets/o/b".into();
+            serde_json::from_value::<HfBucketConfig>(j).unwrap()
+        };
+        let c = parse(serde_json::json!({}));
+        assert_eq!(
+            (c.xet_store_path, c.xet_chunking),
+            (XetStorePath::Direct, XetChunking::Cdc)
+        );
+        assert!(parse(serde_json::json!({"xet_chunking": "fixed"}))
+            .validate()
+            .is_ok());
+        let e = parse(serde_json::json!({"xet_store_path": "hf-xet", "xet_chunking": "fixed"}))
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "xet_chunking");
+        assert!(e.message.contains("xet_store_path"), "{e}");
+        assert_eq!(
+            parse(serde_json::json!({"xet_global_dedup": true}))
+                .validate()
+                .unwrap_err()
+                .field,
+            "xet_global_dedup"
+        );
+        assert!(
+            parse(serde_json::json!({"xet_store_path": "hf-xet", "xet_global_dedup": true}))
+                .validate()
+                .is_ok()
+        );
     }
 }

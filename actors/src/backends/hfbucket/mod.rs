@@ -16,9 +16,11 @@ mod cas;
 mod config;
 pub mod hub;
 mod storage;
+mod upload;
 pub mod xet;
 
 pub use config::{
-    BucketHandle, HandleError, HfBucketConfig, XetCompression, XetLoadPath, DEFAULT_HF_ENDPOINT,
+    BucketHandle, HandleError, HfBucketConfig, XetChunking, XetCompression, XetLoadPath,
+    XetStorePath, DEFAULT_HF_ENDPOINT,
 };
 pub use storage::HfStorage;

@@ -188,7 +188,7 @@ impl Ctx {
         };
         let writer = match sc.writer {
             Some(w) => w,
-            None => match XetWriter::open(&self.xet_dir, &self.write) {
+            None => match XetWriter::open(&self.xet_dir, &self.hub, &token, &self.write) {
                 Ok(w) => {
                     let w = Arc::new(w);
                     learnt.push(Learnt::Writer(w.clone()));
@@ -407,6 +407,8 @@ impl HfStorage {
                     compression: cfg.xet_compression.as_str(),
                     global_dedup: cfg.xet_global_dedup,
                     token_reserve: cfg.xet_token_reserve_secs,
+                    store_path: cfg.xet_store_path,
+                    chunking: cfg.xet_chunking,
                 },
                 load_path: cfg.xet_load_path,
             }),
@@ -931,6 +933,8 @@ impl Storage for HfStorage {
                 "xet_load_path": self.ctx.load_path.as_str(),
             },
             "stores": {
+                "xet_store_path": self.ctx.write.store_path.as_str(),
+                "xet_chunking": self.ctx.write.chunking.as_str(),
                 "xet_compression": self.ctx.write.compression,
                 "xet_global_dedup": self.ctx.write.global_dedup,
                 "xet_token_reserve_secs": self.ctx.write.token_reserve,

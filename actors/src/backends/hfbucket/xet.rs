@@ -1,16 +1,17 @@
-//! Transfers through the Xet content-addressed store: uploads from the caller's memory with
-//! `hf-xet`, through one session per adapter, and loads into the caller's buffer, either with
-//! kvtier's own reconstruction reader (module `cas`, the default) or through one hf-xet
-//! download-stream group per adapter (`xet_load_path = "hf-xet"`). The blocking API is called
-//! only from worker-pool threads, never inside a tokio runtime.
+//! Transfers through the Xet content-addressed store: uploads from the caller's memory,
+//! either with kvtier's own writer (module `upload`, the default) or with `hf-xet` through one
+//! session per adapter (`xet_store_path = "hf-xet"`), and loads into the caller's buffer,
+//! either with kvtier's own reconstruction reader (module `cas`, the default) or through one
+//! hf-xet download-stream group per adapter (`xet_load_path = "hf-xet"`). The blocking API is
+//! called only from worker-pool threads, never inside a tokio runtime.
 //!
-//! Invariants: an upload never copies the object first (each is a Xet stream fed the store's
-//! [`Bytes`], whose owner, possibly a host region, lives until Xet drops its last slice at the
-//! end of the commit); the compression scheme changes only how xorbs are stored, never the
-//! Xet hashes, so every reader (hf_xet, `huggingface_hub`, LMCache) reads whatever was chosen;
-//! a commit runs without Xet's token refresher only when its token has at least the reserve
-//! (`xet_token_reserve_secs`) left, so a commit shorter than the reserve never meets an
-//! expired token.
+//! Invariants: an upload never copies the object first (its chunks, or hf-xet's stream, hold
+//! slices of the store's [`Bytes`], whose owner, possibly a host region, lives until the last
+//! slice is dropped at the end of the commit); the compression scheme changes only how xorbs
+//! are stored, never the Xet hashes, so every reader (hf_xet, `huggingface_hub`, LMCache)
+//! reads whatever was chosen; an hf-xet commit runs without Xet's token refresher only when
+//! its token has at least the reserve (`xet_token_reserve_secs`) left, so a commit shorter
+//! than the reserve never meets an expired token.
 
 use std::path::Path;
 
@@ -20,8 +21,9 @@ use xet::xet_session::{
     XetSession, XetSessionBuilder,
 };
 
-use super::config::XetLoadPath;
+use super::config::{XetChunking, XetLoadPath, XetStorePath};
 use super::hub::{HubClient, XetToken};
+use super::upload::DirectWriter;
 use crate::storage::{BackendError, Fetched};
 
 /// The Xet hash and size of one uploaded object.
@@ -193,6 +195,10 @@ pub struct WriteSettings {
     /// Seconds a write token must have left for a commit to run without Xet's token
     /// refresher (`xet_token_reserve_secs`; 0: every commit has one).
     pub token_reserve: u64,
+    /// Whether commits go through hf-xet or kvtier's own writer (`xet_store_path`).
+    pub store_path: XetStorePath,
+    /// How kvtier's own writer cuts objects into chunks (`xet_chunking`).
+    pub chunking: XetChunking,
 }
 
 /// A cached token (a write token, or a direct reader's read token) is replaced when it has
@@ -221,23 +227,45 @@ impl WriteSettings {
     }
 }
 
-/// Uploads to the Xet CAS. One session (with its runtime and connection pool) serves every
-/// store of an adapter; each batch is one upload commit on it (a commit is single-use), and
-/// each object is a stream fed the caller's [`Bytes`] without a copy.
+/// Uploads to the Xet CAS, along the adapter's store path (`xet_store_path`). With hf-xet,
+/// one session (with its runtime and connection pool) serves every store of an adapter; each
+/// batch is one upload commit on it (a commit is single-use), and each object is a stream fed
+/// the caller's [`Bytes`] without a copy. With `direct`, kvtier's own writer
+/// (module `upload`) does the commit through one CAS client.
 pub struct XetWriter {
-    session: XetSession,
+    path: WritePath,
+}
+
+enum WritePath {
+    HfXet(XetSession),
+    Direct(DirectWriter),
 }
 
 impl std::fmt::Debug for XetWriter {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("XetWriter")
+        match &self.path {
+            WritePath::HfXet(_) => f.write_str("XetWriter(hf-xet)"),
+            WritePath::Direct(d) => write!(f, "XetWriter({d:?})"),
+        }
     }
 }
 
 impl XetWriter {
-    /// Opens the session with `settings`. Must run on a plain thread (a worker), not inside a
-    /// tokio runtime (the session would borrow that runtime instead of owning one).
-    pub fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
+    /// Opens the writer `settings` asks for: an hf-xet session, or kvtier's own writer on
+    /// `token`'s CAS (it then refreshes its token from `hub` itself). Must run on a plain
+    /// thread (a worker), not inside a tokio runtime (the session would borrow that runtime
+    /// instead of owning one).
+    pub fn open(
+        cache_dir: &Path,
+        hub: &HubClient,
+        token: &XetToken,
+        settings: &WriteSettings,
+    ) -> Result<Self, BackendError> {
+        if settings.store_path == XetStorePath::Direct {
+            return Ok(Self {
+                path: WritePath::Direct(DirectWriter::open(hub, token, settings)?),
+            });
+        }
         let config = XetConfig::new()
             .with_config("xorb.compression_policy", settings.compression)
             .and_then(|c| {
@@ -251,14 +279,17 @@ impl XetWriter {
             .with_cache_dir(cache_dir)
             .build()
             .map_err(xet_err)?;
-        Ok(Self { session })
+        Ok(Self {
+            path: WritePath::HfXet(session),
+        })
     }
 
     /// Uploads every object in one Xet commit; results keep input order. A failure of the
-    /// whole commit fails every object. The commit gets Xet's token refresher only with
-    /// `refresher` (see [`WriteSettings::needs_refresher`]): hf-xet builds two HTTP clients for
-    /// one (its client cache holds one client, and the refresher's headers differ from the
-    /// CAS's).
+    /// whole commit fails every object. On the hf-xet path the commit gets Xet's token
+    /// refresher only with `refresher` (see [`WriteSettings::needs_refresher`]): hf-xet builds
+    /// two HTTP clients for one (its client cache holds one client, and the refresher's
+    /// headers differ from the CAS's). The direct writer holds its own token and ignores
+    /// `token` and `refresher`.
     pub fn upload(
         &self,
         hub: &HubClient,
@@ -266,8 +297,11 @@ impl XetWriter {
         refresher: bool,
         objects: &[(String, Bytes)],
     ) -> Result<Committed, BackendError> {
-        let mut builder = self
-            .session
+        let session = match &self.path {
+            WritePath::HfXet(s) => s,
+            WritePath::Direct(d) => return d.upload(objects),
+        };
+        let mut builder = session
             .new_upload_commit()
             .map_err(xet_err)?
             .with_endpoint(token.cas_url.clone())
@@ -334,6 +368,8 @@ mod tests {
             compression: "none",
             global_dedup: false,
             token_reserve,
+            store_path: XetStorePath::HfXet,
+            chunking: XetChunking::Cdc,
         }
     }
 
