@@ -754,6 +754,23 @@ async fn store_details(tier: &Tier) -> serde_json::Value {
     tier.status().await.unwrap().adapters[0].details["stores"].clone()
 }
 
+/// Starts a tier on `adapter` and stores `data` under `keys` (every object must land); returns
+/// the tier and its `details.stores` after the store.
+async fn start_and_store(
+    adapter: AdapterConfig,
+    keys: &[kvtier::ObjectKey],
+    data: &[Bytes],
+) -> (Tier, serde_json::Value) {
+    let tier = Tier::start(&tier_config(vec![adapter])).await.unwrap();
+    assert!(tier
+        .store(keys.to_vec(), data.to_vec())
+        .await
+        .unwrap()
+        .success());
+    let st = store_details(&tier).await;
+    (tier, st)
+}
+
 /// Text that LZ4 shrinks several times over, distinct in every chunk (no deduplication).
 fn compressible(seed: u32, n: usize) -> Bytes {
     let mut s = String::with_capacity(n + 64);
@@ -903,17 +920,9 @@ async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
     for (n, scheme) in [(0u32, "none"), (1, "lz4"), (2, "bg4-lz4"), (3, "auto")] {
         let mut c = fx.config(&format!("{}/{scheme}", fx.run));
         c.xet_compression = serde_json::from_value(serde_json::json!(scheme)).unwrap();
-        let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
-            .await
-            .unwrap();
         let keys: Vec<_> = (0..4).map(|i| key(n * 10 + i)).collect();
         let data: Vec<_> = (0..4).map(|i| compressible(n * 10 + i, size)).collect();
-        assert!(tier
-            .store(keys.clone(), data.clone())
-            .await
-            .unwrap()
-            .success());
-        let st = store_details(&tier).await;
+        let (tier, st) = start_and_store(fx.adapter_with(c), &keys, &data).await;
         assert_eq!(st["xet_compression"], scheme);
         let new = st["xet_new_bytes"].as_u64().unwrap();
         let xorb = st["xet_xorb_bytes"].as_u64().unwrap();
@@ -997,15 +1006,7 @@ async fn every_store_path_writes_what_every_load_path_reads() {
             c.xet_load_path = serde_json::from_value(serde_json::json!(load)).unwrap();
             fx.adapter_with(c)
         };
-        let tier = Tier::start(&tier_config(vec![config("direct")]))
-            .await
-            .unwrap();
-        assert!(tier
-            .store(keys.clone(), data.clone())
-            .await
-            .unwrap()
-            .success());
-        let st = store_details(&tier).await;
+        let (tier, st) = start_and_store(config("direct"), &keys, &data).await;
         assert_eq!(st["xet_store_path"], store, "{st}");
         assert_eq!(st["xet_chunking"], chunking, "{st}");
         assert_eq!(st["xet_commits"], 1, "{st}");

@@ -90,8 +90,8 @@ pub struct HfBucketConfig {
 pub enum XetStorePath {
     /// kvtier's own writer ([`XetChunking`] chunks, packed in order into xorbs, uploaded with
     /// one shard per commit through one long-lived xet-client CAS client): no deduplication
-    /// (KV chunks are unique) and no per-commit session, about 20 % less client CPU than
-    /// `hf-xet` (BENCHMARKS.md).
+    /// (KV chunks are unique) and no per-commit session: about a quarter less client CPU
+    /// than `hf-xet` (BENCHMARKS.md).
     #[default]
     Direct,
     /// hf-xet's upload commit: its chunker, deduplication and xorb packing, and a session of
@@ -118,7 +118,7 @@ pub enum XetChunking {
     /// so the same Xet hashes, as hf-xet and `huggingface_hub` give the same bytes.
     #[default]
     Cdc,
-    /// 64 KiB pieces (the last one shorter): no rolling hash, about half the client CPU of
+    /// 64 KiB pieces (the last one shorter): no rolling hash, about 0.6× the client CPU of
     /// `cdc`. Readers never re-chunk, so every reader reads the objects back; but the Xet
     /// protocol says chunk boundaries MUST follow its chunking algorithm, so the objects'
     /// hashes are not the ones another client computes for the same bytes, and a CAS that
