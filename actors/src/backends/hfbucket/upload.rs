@@ -22,11 +22,13 @@
 //! chunking the hash differs but every reader (hf_xet, `huggingface_hub`, LMCache, kvtier's
 //! own) reconstructs the bytes, since readers follow the shard's chunk ranges and never
 //! re-chunk; the shard goes up only after all its xorbs did, so the CAS never holds a file
-//! whose bytes it lacks; nothing is copied before serialization, which copies each byte once.
+//! whose bytes it lacks; nothing is copied before serialization, which copies each byte once
+//! and holds at most two serialized xorbs (128 MiB) per commit at a time, whatever the batch.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures_util::{StreamExt, TryStreamExt};
 use xet_client::cas_client::auth::{AuthConfig, AuthError, TokenInfo, TokenRefresher};
 use xet_client::cas_client::{Client, RemoteClient};
 use xet_core_structures::merklehash::{file_hash, MerkleHash};
@@ -52,6 +54,10 @@ pub const FIXED_CHUNK: usize = 64 << 10;
 
 /// The CAS prefix of xorbs (Xet's `default_prefix`).
 const PREFIX: &str = "default";
+
+/// Serialized xorbs a commit holds at most while uploading (the serialization of the next
+/// overlaps the upload of the previous).
+const XORBS_IN_FLIGHT: usize = 2;
 
 /// How often the `auto` compression policy re-tests its choice (chunks), as hf-xet's default.
 const COMPRESSION_RETEST_INTERVAL: usize = 32;
@@ -219,23 +225,20 @@ impl DirectWriter {
                 starts[xi].push(start);
             }
         }
-        let mut shard = MDBInMemoryShard::default();
-        let mut serialized = Vec::with_capacity(xorbs.len());
-        for (x, starts) in xorbs.iter().zip(starts) {
-            let raw = RawXorbData::from_chunks(x, starts);
-            shard.add_xorb_block(raw.xorb_info.clone()).map_err(err)?;
-            serialized.push(
-                SerializedXorbObject::from_xorb(
-                    raw,
-                    false,
-                    self.compression,
-                    COMPRESSION_RETEST_INTERVAL,
-                )
-                .map_err(err)?,
-            );
-        }
-        let xorb_hashes: Vec<MerkleHash> = serialized.iter().map(|s| s.hash).collect();
+        // The xorbs' descriptions (and hashes) come first, for the shard; serializing them,
+        // the copy, waits for the upload pipeline, so a commit holds at most
+        // `XORBS_IN_FLIGHT` serialized xorbs, however large its batch.
+        let raws: Vec<RawXorbData> = xorbs
+            .iter()
+            .zip(starts)
+            .map(|(x, starts)| RawXorbData::from_chunks(x, starts))
+            .collect();
         drop(xorbs);
+        let mut shard = MDBInMemoryShard::default();
+        for raw in &raws {
+            shard.add_xorb_block(raw.xorb_info.clone()).map_err(err)?;
+        }
+        let xorb_hashes: Vec<MerkleHash> = raws.iter().map(RawXorbData::hash).collect();
         let mut files = Vec::with_capacity(plans.len());
         let mut new_bytes = 0;
         for (plan, (_, data)) in plans.iter().zip(objects) {
@@ -249,27 +252,44 @@ impl DirectWriter {
         }
         let shard = Bytes::from(shard.to_bytes().map_err(err)?);
         let client = self.client.clone();
+        let compression = self.compression;
         let xorb_bytes = self
             .ctx
             .runtime
             .bridge_sync(async move {
-                let uploads = serialized.into_iter().map(|x| {
-                    let client = client.clone();
-                    async move {
-                        let permit = client.acquire_upload_permit().await?;
-                        client.upload_xorb(PREFIX, x, None, permit).await
-                    }
-                });
-                let sent: u64 = futures_util::future::try_join_all(uploads)
-                    .await?
-                    .into_iter()
-                    .sum();
-                let permit = client.acquire_upload_permit().await?;
-                client.upload_shard(shard, permit, None).await?;
-                Ok::<u64, xet_client::ClientError>(sent)
+                let sent: Vec<u64> = futures_util::stream::iter(raws)
+                    .map(|raw| {
+                        let client = client.clone();
+                        async move {
+                            let x = tokio::task::spawn_blocking(move || {
+                                SerializedXorbObject::from_xorb(
+                                    raw,
+                                    false,
+                                    compression,
+                                    COMPRESSION_RETEST_INTERVAL,
+                                )
+                            })
+                            .await
+                            .map_err(err)?
+                            .map_err(err)?;
+                            let permit = client.acquire_upload_permit().await.map_err(err)?;
+                            client
+                                .upload_xorb(PREFIX, x, None, permit)
+                                .await
+                                .map_err(err)
+                        }
+                    })
+                    .buffer_unordered(XORBS_IN_FLIGHT)
+                    .try_collect()
+                    .await?;
+                let permit = client.acquire_upload_permit().await.map_err(err)?;
+                client
+                    .upload_shard(shard, permit, None)
+                    .await
+                    .map_err(err)?;
+                Ok::<u64, BackendError>(sent.into_iter().sum())
             })
-            .map_err(err)?
-            .map_err(err)?;
+            .map_err(err)??;
         Ok(Committed {
             files,
             new_bytes,
