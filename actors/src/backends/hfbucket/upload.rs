@@ -159,10 +159,11 @@ struct HubRefresher(HubClient);
 impl TokenRefresher for HubRefresher {
     async fn refresh(&self) -> Result<TokenInfo, AuthError> {
         let hub = self.0.clone();
+        let failed = |e: &dyn std::fmt::Display| AuthError::TokenRefreshFailure(e.to_string());
         let t = tokio::task::spawn_blocking(move || hub.xet_write_token())
             .await
-            .map_err(|e| AuthError::TokenRefreshFailure(e.to_string()))?
-            .map_err(|e| AuthError::TokenRefreshFailure(e.to_string()))?;
+            .map_err(|e| failed(&e))?
+            .map_err(|e| failed(&e))?;
         Ok((t.access_token.expose().to_owned(), t.exp))
     }
 }
