@@ -158,3 +158,79 @@ fn quota_set_get_rm_on_a_config_file() {
     assert_eq!(code, 2);
     assert!(err.contains("expected bytes"), "{err}");
 }
+
+/// `bench --trace --simulate --json`: one row per policy, capacity and Belady, LMCache's
+/// default named `LRU`; an adapter's own eviction settings add a `(configured)` row, and the
+/// bounds hold (no policy above Belady, Belady not above the infinite cache).
+#[test]
+fn simulate_rows_and_the_configured_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.jsonl");
+    // Four conversations of growing turns over shared system blocks 0 and 1, interleaved.
+    let mut lines = String::new();
+    for turn in 1..=6u32 {
+        for conv in 0..4u32 {
+            let mut ids = vec![0u32, 1];
+            ids.extend((0..turn * 2).map(|i| 100 * (conv + 1) + i));
+            lines.push_str(&format!(
+                "{{\"timestamp\": {}, \"input_length\": {}, \"output_length\": 10, \"hash_ids\": {:?}}}\n",
+                turn * 10 + conv,
+                ids.len() * 512,
+                ids
+            ));
+        }
+    }
+    std::fs::write(&trace, lines).unwrap();
+    let t = trace.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "--trace", t, "--simulate", "--json"];
+        args.extend_from_slice(extra);
+        let (code, out, err) = kvtier(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<Vec<serde_json::Value>>(out.trim()).unwrap()
+    };
+    let rows = run(&["--capacity-fraction", "0.3"]);
+    let ratio = |rows: &[serde_json::Value], p: &str| {
+        let r = rows
+            .iter()
+            .find(|r| r["policy"] == p)
+            .unwrap_or_else(|| panic!("{p}: {rows:?}"));
+        assert_eq!(r["capacity_fraction"], 0.3);
+        r["block_hit_ratio"].as_f64().unwrap()
+    };
+    let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        [
+            "LRU",
+            "ARC",
+            "IsolatedLRU",
+            "SLRU",
+            "FLRU",
+            "noop",
+            "Belady"
+        ]
+    );
+    let belady = ratio(&rows, "Belady");
+    assert!(belady <= ratio(&rows, "noop") + 1e-9);
+    for p in ["LRU", "ARC", "SLRU", "FLRU"] {
+        assert!(ratio(&rows, p) <= belady + 1e-9, "{p}: {rows:?}");
+    }
+    assert!(ratio(&rows, "LRU") > 0.0, "{rows:?}");
+    let configured = run(&[
+        "--capacity-fraction",
+        "0.3",
+        "--l2-adapter",
+        r#"{"type": "memory", "eviction": {"eviction_policy": "FLRU", "flru_bonus_per_use": 0}}"#,
+    ]);
+    assert_eq!(configured.len(), rows.len() + 1);
+    assert!(ratio(&configured, "FLRU (configured)") <= belady + 1e-9);
+    // Settings that are the policy's defaults add no row.
+    let same = run(&[
+        "--capacity-fraction",
+        "0.3",
+        "--l2-adapter",
+        r#"{"type": "memory", "eviction": {"eviction_policy": "FLRU"}}"#,
+    ]);
+    assert_eq!(same.len(), rows.len());
+}

@@ -227,3 +227,31 @@ async fn a_byte_round_catches_up_with_a_burst() {
         tier.shutdown();
     }
 }
+
+/// `flru_bonus_per_use` reaches the adapter's `FLRU`: a key hit once outlives a newer key
+/// stored once with the default bonus, and ranks by recency alone with a bonus of 0.
+#[actix_rt::test]
+async fn the_flru_bonus_is_the_configured_one() {
+    use kvtier::actors::eviction::GetLruOrder;
+    for (bonus, last_two) in [(None, [8, 0]), (Some(0.0), [0, 8])] {
+        let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
+        e.flru_bonus_per_use = bonus;
+        let tier = start(1000, e).await;
+        for i in 0..8 {
+            tier.store(vec![skey("", i)], vec![payload(i, 100)])
+                .await
+                .unwrap();
+        }
+        let hit = tier.lookup_and_lock(vec![skey("", 0)]).await.unwrap();
+        assert!(hit.get(0), "{bonus:?}");
+        tier.unlock(vec![skey("", 0)]);
+        tier.store(vec![skey("", 8)], vec![payload(8, 100)])
+            .await
+            .unwrap();
+        tier.evictor().send(WhenIdle(0)).await.unwrap();
+        let order = tier.evictor().send(GetLruOrder(0)).await.unwrap();
+        let want: Vec<ObjectKey> = last_two.iter().map(|&i| skey("", i)).collect();
+        assert_eq!(order[order.len() - 2..], want[..], "{bonus:?}");
+        tier.shutdown();
+    }
+}

@@ -199,7 +199,16 @@ pub struct EvictionConfig {
     /// (LMCache's allowlist rule: their keys are evicted at the next cycle). Default: none.
     #[serde(skip_serializing_if = "Quotas::is_empty")]
     pub quotas: Quotas,
+    /// `FLRU` only: the bonus of one use beyond the first, in capacities of clock (see
+    /// [`crate::eviction::flru`]). `None`: [`crate::eviction::flru::BONUS_PER_USE`]; 0 makes
+    /// `FLRU` an LRU that runs the tier nearly full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flru_bonus_per_use: Option<f64>,
 }
+
+/// The largest `flru_bonus_per_use`: beyond it a key used a few times would outlive the tier's
+/// whole history many times over.
+pub const MAX_FLRU_BONUS: f64 = 16.0;
 
 /// `SLRU`'s and `FLRU`'s default `trigger_watermark`: the tier runs nearly full.
 pub const SLRU_WATERMARK: f64 = 0.98;
@@ -217,6 +226,7 @@ struct RawEvictionConfig {
     eviction_unit: Option<EvictionUnit>,
     #[serde(default)]
     quotas: Quotas,
+    flru_bonus_per_use: Option<f64>,
 }
 
 impl From<RawEvictionConfig> for EvictionConfig {
@@ -228,6 +238,7 @@ impl From<RawEvictionConfig> for EvictionConfig {
             eviction_ratio: raw.eviction_ratio.unwrap_or(d.eviction_ratio),
             eviction_unit: raw.eviction_unit.unwrap_or(d.eviction_unit),
             quotas: raw.quotas,
+            flru_bonus_per_use: raw.flru_bonus_per_use,
         }
     }
 }
@@ -254,6 +265,7 @@ impl Default for EvictionConfig {
             eviction_ratio: default_ratio(),
             eviction_unit: EvictionUnit::Keys,
             quotas: Quotas::default(),
+            flru_bonus_per_use: None,
         }
     }
 }
@@ -283,6 +295,23 @@ impl EvictionConfig {
                     self.eviction_policy.as_str()
                 ),
             ));
+        }
+        if let Some(b) = self.flru_bonus_per_use {
+            if self.eviction_policy != EvictionPolicy::Flru {
+                return Err(FieldError::new(
+                    "eviction.flru_bonus_per_use",
+                    format!(
+                        "only the FLRU policy uses it (the policy is {})",
+                        self.eviction_policy.as_str()
+                    ),
+                ));
+            }
+            if !(b.is_finite() && (0.0..=MAX_FLRU_BONUS).contains(&b)) {
+                return Err(FieldError::new(
+                    "eviction.flru_bonus_per_use",
+                    format!("must be in [0, {MAX_FLRU_BONUS}], got {b}"),
+                ));
+            }
         }
         for salt in self.quotas.0.keys() {
             if !salt.is_empty() {
@@ -329,6 +358,7 @@ impl EvictionConfig {
                 eviction_ratio: SLRU_RATIO,
                 eviction_unit: EvictionUnit::Bytes,
                 quotas: Quotas::default(),
+                flru_bonus_per_use: None,
             },
             _ => Self {
                 eviction_policy: policy,
@@ -461,5 +491,30 @@ mod tests {
         assert_eq!(bad.validate().unwrap_err().field, "eviction.quotas");
         assert!(serde_json::from_str::<EvictionConfig>(r#"{"quota": {}}"#).is_err());
         assert!(serde_json::from_str::<EvictionConfig>(r#"{"quotas": {"a": -1}}"#).is_err());
+    }
+
+    #[test]
+    fn the_flru_bonus_is_for_flru_and_in_range() {
+        let parse = |s: &str| serde_json::from_str::<EvictionConfig>(s).unwrap();
+        let f = parse(r#"{"eviction_policy": "FLRU", "flru_bonus_per_use": 0.25}"#);
+        assert_eq!(f.flru_bonus_per_use, Some(0.25));
+        f.validate().unwrap();
+        assert_eq!(
+            parse(r#"{"eviction_policy": "FLRU"}"#).flru_bonus_per_use,
+            None
+        );
+        for bad in ["-0.1", "16.5"] {
+            let e = parse(&format!(
+                r#"{{"eviction_policy": "FLRU", "flru_bonus_per_use": {bad}}}"#
+            ))
+            .validate()
+            .unwrap_err();
+            assert_eq!(e.field, "eviction.flru_bonus_per_use");
+            assert!(e.to_string().contains(bad), "{e}");
+        }
+        let lru = parse(r#"{"eviction_policy": "LRU", "flru_bonus_per_use": 0.5}"#);
+        let e = lru.validate().unwrap_err();
+        assert_eq!(e.field, "eviction.flru_bonus_per_use");
+        assert!(e.to_string().contains("only the FLRU policy"), "{e}");
     }
 }

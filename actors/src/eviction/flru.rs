@@ -3,18 +3,18 @@
 //! Every key has a priority, and the lowest goes first:
 //!
 //! ```text
-//! priority = clock at the key's last touch + BONUS_PER_USE × capacity × (uses − 1)
+//! priority = clock at the key's last touch + bonus × capacity × (uses − 1)
 //! ```
 //!
 //! The clock counts key touches (a store or a lookup hit of one key is one tick); `capacity` is
 //! the largest number of keys the policy has held at once (the tier's size in keys once it has
 //! filled); `uses` is how often the key was stored or hit, including the times before an
 //! eviction: a bounded [`History`] remembers the use count of keys that left. So a key used
-//! `n` times stays as if it had been touched `BONUS_PER_USE × (n − 1)` capacities later than it
+//! `n` times stays as if it had been touched `bonus × (n − 1)` capacities later than it
 //! was: LRU for keys used once, a frequency bonus for keys a workload keeps coming back to.
 //!
-//! Why this shape (measured on the Mooncake trace and on synthetic multi-turn and
-//! used-twice workloads, see BENCHMARKS.md, "FLRU"):
+//! Why this shape (measured on Mooncake's synthetic and conversation traces and on synthetic
+//! multi-turn, used-twice and Zipf workloads, see BENCHMARKS.md, "FLRU"):
 //!
 //! * most chunks are never requested again, and a chunk requested a second time is likely
 //!   requested again: the bonus keeps those through the long gaps between their uses, which
@@ -29,7 +29,10 @@
 //!   classes first (evict every once-used key before any twice-used one) break this on
 //!   multi-turn conversations and fall far below LRU there; this one does not.
 //!
-//! Its defaults (`trigger_watermark` [`crate::config::SLRU_WATERMARK`], `eviction_ratio`
+//! The bonus ([`BONUS_PER_USE`] by default, `eviction.flru_bonus_per_use`) trades the two
+//! kinds of workload: larger keeps more of the popular chunks of Mooncake's traces, smaller
+//! suits chunks that are used a fixed few times (BENCHMARKS.md has the sweep). Its defaults
+//! (`trigger_watermark` [`crate::config::SLRU_WATERMARK`], `eviction_ratio`
 //! [`crate::config::SLRU_RATIO`] of the bytes) keep the tier nearly full.
 //!
 //! Invariants: every tracked key is in `order` exactly once, under the priority stored in
@@ -42,12 +45,13 @@ use std::hash::BuildHasher;
 use super::EvictionPolicy;
 use crate::key::{BuildDigestHasher, KeyMap, ObjectKey};
 
-/// The bonus of one use beyond the first, in capacities of clock (see the module docs).
-pub const BONUS_PER_USE: f64 = 0.25;
+/// The default bonus of one use beyond the first, in capacities of clock (see the module
+/// docs; `eviction.flru_bonus_per_use` changes it).
+pub const BONUS_PER_USE: f64 = 0.4;
 
 /// The largest use count that earns a bonus: a key used this often is as safe as it gets, so a
 /// key that was hot once and then never again leaves after at most
-/// `BONUS_PER_USE × (MAX_USES − 1)` capacities of clock.
+/// `bonus × (MAX_USES − 1)` capacities of clock.
 pub const MAX_USES: u8 = 16;
 
 /// The history keeps the use counts of up to this many times `capacity` departed keys per
@@ -109,8 +113,7 @@ struct Entry {
     uses: u8,
 }
 
-/// The FLRU policy. No settings of its own beyond the `eviction` table.
-#[derive(Default)]
+/// The FLRU policy. Its one setting is the bonus per use (`eviction.flru_bonus_per_use`).
 pub struct Flru {
     order: BTreeMap<(u64, u64), ObjectKey>,
     resident: KeyMap<Entry>,
@@ -118,9 +121,30 @@ pub struct Flru {
     clock: u64,
     capacity: usize,
     hasher: BuildDigestHasher,
+    bonus_per_use: f64,
+}
+
+impl Default for Flru {
+    fn default() -> Self {
+        Self::new(BONUS_PER_USE)
+    }
 }
 
 impl Flru {
+    /// A policy whose keys gain `bonus_per_use` capacities of clock per use beyond the first
+    /// (0: plain LRU order).
+    pub fn new(bonus_per_use: f64) -> Self {
+        Self {
+            order: BTreeMap::new(),
+            resident: KeyMap::default(),
+            history: History::default(),
+            clock: 0,
+            capacity: 0,
+            hasher: BuildDigestHasher::default(),
+            bonus_per_use,
+        }
+    }
+
     /// The history of departed keys (for tests and diagnostics).
     pub fn history(&self) -> &History {
         &self.history
@@ -134,7 +158,7 @@ impl Flru {
     /// The bonus of `uses`, in [`TICK`]s.
     fn bonus(&self, uses: u8) -> u64 {
         let extra = f64::from(uses.min(MAX_USES).saturating_sub(1));
-        (BONUS_PER_USE * self.capacity.max(1) as f64 * extra * TICK as f64) as u64
+        (self.bonus_per_use * self.capacity.max(1) as f64 * extra * TICK as f64) as u64
     }
 
     /// One use of `key`: known keys gain a use, new keys bring their history's count.
@@ -218,7 +242,7 @@ mod tests {
 
     #[test]
     fn a_reused_key_outlives_newer_keys_used_once() {
-        let mut p = Flru::default();
+        let mut p = Flru::new(0.25);
         for i in 0..8 {
             p.on_stored(&[key(i)]);
         }
@@ -231,6 +255,19 @@ mod tests {
         assert_eq!(o.last(), Some(&key(0)));
         // Without the bonus it would be second to last.
         assert_eq!(o[o.len() - 2], key(8));
+    }
+
+    #[test]
+    fn without_a_bonus_the_order_is_lru() {
+        let mut p = Flru::new(0.0);
+        for i in 0..8 {
+            p.on_stored(&[key(i)]);
+        }
+        p.on_accessed(&[key(0)]);
+        p.on_stored(&[key(8)]);
+        assert_eq!(p.uses(&key(0)), Some(2));
+        let o = order(&p);
+        assert_eq!(o[o.len() - 2..], [key(0), key(8)]);
     }
 
     #[test]

@@ -245,14 +245,16 @@ impl SizeBook {
     }
 }
 
-/// A new policy of the configured name.
-pub fn policy(name: PolicyName) -> Box<dyn EvictionPolicy> {
-    match name {
+/// A new policy of the configured name, with the settings of its own that `config` holds.
+pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
+    match config.eviction_policy {
         PolicyName::Lru => Box::new(lru::Lru::default()),
         PolicyName::Arc => Box::new(arc::Arc::default()),
         PolicyName::IsolatedLru => Box::new(isolated_lru::IsolatedLru::default()),
         PolicyName::Slru => Box::new(slru::Slru::default()),
-        PolicyName::Flru => Box::new(flru::Flru::default()),
+        PolicyName::Flru => Box::new(flru::Flru::new(
+            config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
+        )),
         PolicyName::Noop => Box::new(noop::Noop),
     }
 }
@@ -270,7 +272,7 @@ impl PolicyState {
     /// A fresh state for these settings.
     pub fn new(config: EvictionConfig) -> Self {
         Self {
-            policy: policy(config.eviction_policy),
+            policy: policy(&config),
             book: SizeBook::default(),
             config,
         }

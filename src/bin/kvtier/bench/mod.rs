@@ -100,7 +100,8 @@ pub struct BenchArgs {
     #[arg(long, value_name = "X", default_value_t = 0.0)]
     pub time_scale: f64,
     /// With `--trace`: simulate offline (no I/O) every policy and Belady's optimum instead of
-    /// replaying on the configured adapters.
+    /// replaying on the configured adapters (plus the first adapter's own `eviction` settings,
+    /// when they are not its policy's defaults, as a row named `POLICY (configured)`).
     #[arg(long)]
     pub simulate: bool,
     /// Serve the tier's Prometheus metrics at `http://ADDR/metrics` while the bench runs
@@ -144,7 +145,18 @@ pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
             Some(f) => vec![f],
             None => simulate::DEFAULT_CAPACITIES.to_vec(),
         };
-        let rows = simulate::simulate(&trace, &caps, block_size.unwrap_or(1 << 20) as u64);
+        // The first adapter's own eviction settings, when they are not a policy's defaults,
+        // get a row of their own: what a user is about to deploy.
+        let configured = config
+            .adapters
+            .first()
+            .and_then(|a| a.common.eviction.as_ref());
+        let rows = simulate::simulate(
+            &trace,
+            &caps,
+            block_size.unwrap_or(1 << 20) as u64,
+            configured,
+        );
         if args.json {
             println!("{}", serde_json::to_string(&rows).unwrap_or_default());
         } else {

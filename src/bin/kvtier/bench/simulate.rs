@@ -186,9 +186,21 @@ fn run_belady(trace: &Trace, ids: &[Vec<u32>], unique: usize, capacity_blocks: u
     t
 }
 
+/// The row name of a configured policy whose settings are not its defaults.
+pub fn configured_name(c: &EvictionConfig) -> String {
+    format!("{} (configured)", c.eviction_policy.as_str())
+}
+
 /// Simulates every policy and Belady at each capacity fraction. `block` is the block size in
-/// bytes (every block has it).
-pub fn simulate(trace: &Trace, capacities: &[f64], block: u64) -> Vec<SimRow> {
+/// bytes (every block has it). `configured`, an adapter's `eviction` table whose settings are
+/// not its policy's defaults, adds a row of its own ([`configured_name`]).
+pub fn simulate(
+    trace: &Trace,
+    capacities: &[f64],
+    block: u64,
+    configured: Option<&EvictionConfig>,
+) -> Vec<SimRow> {
+    let configured = configured.filter(|c| **c != EvictionConfig::with_policy(c.eviction_policy));
     let ids = dense_ids(trace);
     let keys: Vec<ObjectKey> = (0..trace.unique_blocks as u32).map(dense_key).collect();
     let blocks: u64 = ids.iter().map(|c| c.len() as u64).sum();
@@ -198,8 +210,11 @@ pub fn simulate(trace: &Trace, capacities: &[f64], block: u64) -> Vec<SimRow> {
     for &f in capacities {
         let cap_blocks = trace.capacity_blocks(f);
         let capacity_bytes = cap_blocks * block;
-        for c in configs(capacity_bytes) {
-            let name = c.eviction_policy.as_str().to_owned();
+        let own = configured.map(|c| (configured_name(c), c.clone()));
+        let named = configs(capacity_bytes)
+            .into_iter()
+            .map(|c| (c.eviction_policy.as_str().to_owned(), c));
+        for (name, c) in named.chain(own) {
             let t = run_policy(trace, &ids, &keys, c, capacity_bytes, block);
             rows.push(SimRow {
                 policy: name,
