@@ -123,7 +123,7 @@ fn upload_set(
         chunking: XetChunking::Cdc,
     };
     let token = hub.xet_write_token().expect("xet write token");
-    let writer = XetWriter::open(cache, hub, &token, &settings).expect("xet writer");
+    let writer = XetWriter::open(cache, &settings).expect("xet writer");
     for (ps, bs) in paths.chunks(16).zip(payloads.chunks(16)) {
         let named: Vec<(String, Bytes)> = ps.iter().cloned().zip(bs.iter().cloned()).collect();
         let ups = writer

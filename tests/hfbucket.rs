@@ -881,18 +881,32 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
     assert_eq!(store_details(&tier).await["xet_token_reserve_secs"], 600);
     tier.shutdown();
 
-    // 20-second tokens: each batch fetches one (it has less than the 60-second margin left)
-    // and Xet's refresher fetches more during the commit.
+    // 20-second tokens: each batch fetches one (it has less than the 60-second margin left);
+    // kvtier's own writer (the default) replaces a token only when it has less than half its
+    // lifetime left before a CAS request, which these short commits never see.
     fx.hub.set_xet_token_lifetime(Duration::from_secs(20));
     let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
         .await
         .unwrap();
-    let fetched = three_batches_round_trip(&fx, &tier, 100).await;
-    assert!(fetched > 3, "the refresher ran: {fetched} tokens");
+    assert_eq!(three_batches_round_trip(&fx, &tier, 100).await, 3);
     tier.shutdown();
 
-    // The same on hf-xet's store path, whose commits then carry Xet's refresher (kvtier's own
-    // writer, the default above, has its CAS client ask the Hub for tokens itself).
+    // Tokens that have run out when they arrive: the writer replaces one before each of its
+    // CAS requests (grant, commit, shard), so a commit never sends a token it knows is dead.
+    fx.hub.set_xet_token_lifetime(Duration::ZERO);
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(fx.config(&fx.run))]))
+        .await
+        .unwrap();
+    let fetched = three_batches_round_trip(&fx, &tier, 200).await;
+    assert!(
+        fetched >= 3 * 4,
+        "the writer replaced tokens: {fetched} tokens"
+    );
+    tier.shutdown();
+
+    // 20-second tokens on hf-xet's store path, whose commits then carry Xet's refresher: it
+    // refreshes 30 s ahead, so it fetches more during each commit.
+    fx.hub.set_xet_token_lifetime(Duration::from_secs(20));
     let mut c = fx.config(&fx.run);
     c.xet_store_path = serde_json::from_value(serde_json::json!("hf-xet")).unwrap();
     let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
@@ -1049,4 +1063,47 @@ async fn every_store_path_writes_what_every_load_path_reads() {
             assert_ne!(f.1, c.1, "size {}", f.0);
         }
     }
+}
+
+/// kvtier's own writer stores xorbs through the CAS's upload grants (grant, upload to the
+/// grant URL, commit) when it offers them, and posts them to the CAS when it does not; both
+/// land objects every reader reads back.
+#[actix_rt::test]
+async fn direct_stores_use_upload_grants_or_post_xorbs_when_the_cas_has_none() {
+    let fx = Hf::new();
+    const SIZE: usize = 300 << 10;
+    let data: Vec<Bytes> = (0..4).map(|i| payload(500 + i, SIZE)).collect();
+    let keys: Vec<_> = (0..4).map(key).collect();
+    let (tier, st) = start_and_store(fx.adapter(0), &keys[..2], &data[..2]).await;
+    assert_eq!(
+        st["xet_xorbs_posted"], 0,
+        "the xorb went through a grant: {st}"
+    );
+    // The CAS stops offering grants (the Xet project's simulation switch).
+    let r = ureq::post(format!(
+        "{}/simulation/set_config?config=xorb_upload_grants&value=off",
+        fx.hub.cas_endpoint()
+    ))
+    .send_empty()
+    .expect("the CAS switch");
+    assert_eq!(r.status().as_u16(), 200);
+    let rep = tier
+        .store(keys[2..].to_vec(), data[2..].to_vec())
+        .await
+        .unwrap();
+    assert!(rep.success());
+    let st = store_details(&tier).await;
+    assert_eq!(st["xet_xorbs_posted"], 1, "{st}");
+    assert_eq!(st["xet_failed_commits"], 0, "{st}");
+    let loaded = tier
+        .load(
+            keys.clone(),
+            (0..4).map(|_| BytesMut::zeroed(SIZE)).collect(),
+        )
+        .await;
+    assert!(loaded.hits.all());
+    for (b, d) in loaded.buffers.iter().zip(&data) {
+        assert!(b[..] == d[..]);
+    }
+    tier.shutdown();
 }

@@ -88,10 +88,10 @@ pub struct HfBucketConfig {
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum XetStorePath {
-    /// kvtier's own writer ([`XetChunking`] chunks, packed in order into xorbs, uploaded with
-    /// one shard per commit through one long-lived xet-client CAS client): no deduplication
-    /// (KV chunks are unique) and no per-commit session: about a quarter less client CPU
-    /// than `hf-xet` (BENCHMARKS.md).
+    /// kvtier's own writer ([`XetChunking`] chunks, packed in order into xorbs, sent from the
+    /// caller's memory through the CAS's upload grants with one shard per commit, over the
+    /// adapter's Hub client): no deduplication (KV chunks are unique), no per-commit session
+    /// and no serialized copy: less client CPU than `hf-xet` (BENCHMARKS.md).
     #[default]
     Direct,
     /// hf-xet's upload commit: its chunker, deduplication and xorb packing, and a session of

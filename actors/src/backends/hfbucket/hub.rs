@@ -4,8 +4,10 @@
 //! failures and answers 408, 429 and 5xx are retried with jittered backoff or after the Hub's
 //! `Retry-After` (capped); a timed-out request is retried once (every Hub route kvtier uses
 //! is idempotent: reads, `addFile` of the same hash, `deleteFile`, create with 409 on
-//! existing). A failure after the retries keeps the kind of its last attempt (connection,
-//! timeout, throttled, server), which the adapter's circuit breaker counts.
+//! existing; the Xet CAS's write routes are content-addressed: a repeated xorb grant, upload,
+//! commit or shard stores the same thing once). A failure after the retries keeps the kind of
+//! its last attempt (connection, timeout, throttled, server), which the adapter's circuit
+//! breaker counts.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -14,9 +16,12 @@ use std::time::Duration;
 
 use crate::retry::{parse_retry_after, Attempts, Outcome, RetryPolicy};
 
+use bytes::Bytes;
 use serde::Deserialize;
 use serde_json::{json, Value};
-use xet_client::cas_types::{HttpRange, QueryReconstructionResponse};
+use xet_client::cas_types::{
+    Checksum, HttpRange, QueryReconstructionResponse, XorbUploadGrant, XorbUploadGrantRequest,
+};
 
 use super::config::BucketHandle;
 use crate::config::Secret;
@@ -469,6 +474,200 @@ impl HubClient {
                 let body = r.body_mut().read_to_string().unwrap_or_default();
                 Err(status_error(OP, s, &body))
             }
+        }
+    }
+}
+
+/// What the CAS answered a xorb upload-grant request.
+#[derive(Debug)]
+pub enum GrantAnswer {
+    /// Upload the xorb as this grant says, then commit it.
+    Granted(XorbUploadGrant),
+    /// The CAS holds the xorb already.
+    Exists,
+    /// This CAS offers no grants: post the xorb to it instead.
+    NotOffered,
+}
+
+/// A request body made of pieces sent one after the other (a xorb: chunk headers and slices of
+/// the caller's memory), read afresh for every attempt.
+struct Pieces {
+    pieces: Vec<Bytes>,
+    at: usize,
+    off: usize,
+}
+
+impl Read for Pieces {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while let Some(p) = self.pieces.get(self.at) {
+            if self.off < p.len() {
+                let n = buf.len().min(p.len() - self.off);
+                buf[..n].copy_from_slice(&p[self.off..self.off + n]);
+                self.off += n;
+                return Ok(n);
+            }
+            self.at += 1;
+            self.off = 0;
+        }
+        Ok(0)
+    }
+}
+
+fn body_of(pieces: &[Bytes]) -> (ureq::SendBody<'static>, u64) {
+    let len = pieces.iter().map(|p| p.len() as u64).sum();
+    let reader = Pieces {
+        pieces: pieces.to_vec(),
+        at: 0,
+        off: 0,
+    };
+    (ureq::SendBody::from_owned_reader(reader), len)
+}
+
+impl HubClient {
+    fn cas(token: &XetToken, tail: &str) -> String {
+        format!("{}{tail}", token.cas_url.trim_end_matches('/'))
+    }
+
+    fn read_status_error(
+        op: &'static str,
+        mut r: ureq::http::Response<ureq::Body>,
+    ) -> BackendError {
+        let s = r.status().as_u16();
+        let body = r.body_mut().read_to_string().unwrap_or_default();
+        status_error(op, s, &body)
+    }
+
+    /// Asks the CAS of `token` for a grant to upload the xorb `key` (`prefix/hash`) of
+    /// `length` serialized bytes with CRC-64/NVME `crc` (`POST {cas}/v1/xorb-grants/{key}`).
+    pub fn xet_xorb_grant(
+        &self,
+        token: &XetToken,
+        key: &str,
+        length: u64,
+        crc: u64,
+    ) -> Result<GrantAnswer, BackendError> {
+        const OP: &str = "xet-xorb-grant";
+        let url = Self::cas(token, &format!("/v1/xorb-grants/{key}"));
+        let bearer = format!("Bearer {}", token.access_token.expose());
+        let req = XorbUploadGrantRequest {
+            length,
+            checksum: Checksum::Crc64Nvme(crc),
+        };
+        let r = self.call(OP, |a| {
+            a.post(&url)
+                .header("Authorization", &bearer)
+                .send_json(&req)
+        })?;
+        match r.status().as_u16() {
+            201 => Self::expect_json(OP, r).map(GrantAnswer::Granted),
+            200 => Ok(GrantAnswer::Exists),
+            404 => Ok(GrantAnswer::NotOffered),
+            _ => Err(Self::read_status_error(OP, r)),
+        }
+    }
+
+    /// Uploads a xorb's serialized `pieces` as `grant` says: its method and URL, exactly its
+    /// headers, no CAS credentials. `Ok(true)`: stored (a 412 means an earlier attempt stored
+    /// it); `Ok(false)`: the grant was refused (400, 403, 409), ask for a new one.
+    pub fn xet_grant_upload(
+        &self,
+        grant: &XorbUploadGrant,
+        pieces: &[Bytes],
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "xet-grant-upload";
+        let method = ureq::http::Method::from_bytes(grant.method.as_bytes()).map_err(|_| {
+            BackendError::io(OP, format!("the CAS granted the method {:?}", grant.method))
+        })?;
+        let r = self.call(OP, |a| {
+            let (body, len) = body_of(pieces);
+            let mut req = ureq::http::Request::builder()
+                .method(method.clone())
+                .uri(&grant.url)
+                .header("content-length", len);
+            for (k, v) in &grant.headers {
+                req = req.header(k.as_str(), v.as_str());
+            }
+            let req = req
+                .body(body)
+                .map_err(|e| ureq::Error::BadUri(e.to_string()))?;
+            a.run(req)
+        })?;
+        match r.status().as_u16() {
+            200..=299 | 412 => Ok(true),
+            400 | 403 | 409 => Ok(false),
+            _ => Err(Self::read_status_error(OP, r)),
+        }
+    }
+
+    /// Commits the xorb `key` uploaded through grant `grant_id`
+    /// (`POST {cas}/v1/xorb-commits/{key}/grant/{id}`). `Ok(false)`: the CAS found no upload
+    /// for the grant.
+    pub fn xet_xorb_commit(
+        &self,
+        token: &XetToken,
+        key: &str,
+        grant_id: &str,
+    ) -> Result<bool, BackendError> {
+        const OP: &str = "xet-xorb-commit";
+        if matches!(grant_id, "" | "." | "..") {
+            return Err(BackendError::io(
+                OP,
+                format!("the CAS granted the id {grant_id:?}"),
+            ));
+        }
+        let url = Self::cas(
+            token,
+            &format!("/v1/xorb-commits/{key}/grant/{}", hf_encode(grant_id)),
+        );
+        let bearer = format!("Bearer {}", token.access_token.expose());
+        let r = self.call(OP, |a| {
+            a.post(&url).header("Authorization", &bearer).send_empty()
+        })?;
+        match r.status().as_u16() {
+            200..=299 => Ok(true),
+            404 => Ok(false),
+            _ => Err(Self::read_status_error(OP, r)),
+        }
+    }
+
+    /// Posts a xorb's serialized `pieces` to the CAS itself (`POST {cas}/v1/xorbs/{key}`), for
+    /// a CAS that offers no grants.
+    pub fn xet_post_xorb(
+        &self,
+        token: &XetToken,
+        key: &str,
+        pieces: &[Bytes],
+    ) -> Result<(), BackendError> {
+        const OP: &str = "xet-post-xorb";
+        let url = Self::cas(token, &format!("/v1/xorbs/{key}"));
+        self.xet_post(OP, token, &url, pieces)
+    }
+
+    /// Posts a shard to the CAS (`POST {cas}/v1/shards`), after all its xorbs.
+    pub fn xet_post_shard(&self, token: &XetToken, shard: Bytes) -> Result<(), BackendError> {
+        const OP: &str = "xet-post-shard";
+        let url = Self::cas(token, "/v1/shards");
+        self.xet_post(OP, token, &url, &[shard])
+    }
+
+    fn xet_post(
+        &self,
+        op: &'static str,
+        token: &XetToken,
+        url: &str,
+        pieces: &[Bytes],
+    ) -> Result<(), BackendError> {
+        let bearer = format!("Bearer {}", token.access_token.expose());
+        let r = self.call(op, |a| {
+            let (body, len) = body_of(pieces);
+            a.post(url)
+                .header("Authorization", &bearer)
+                .header("content-length", len)
+                .send(body)
+        })?;
+        match r.status().as_u16() {
+            200..=299 => Ok(()),
+            _ => Err(Self::read_status_error(op, r)),
         }
     }
 }

@@ -22,7 +22,7 @@ use serde_json::json;
 
 use super::config::{HfBucketConfig, XetLoadPath};
 use super::hub::{unix_now, FileMeta, HubClient, XetToken, MAX_PER_REQUEST};
-use super::xet::{Committed, WriteSettings, XetReader, XetWriter};
+use super::xet::{CommitCounts, Committed, WriteSettings, XetReader, XetWriter};
 use crate::backends::memory::page_of;
 use crate::breaker::Breaker;
 use crate::buffer::LoadBuf;
@@ -61,12 +61,8 @@ enum Learnt {
     WriteToken(XetToken),
     /// A store's Xet upload failed: the next one opens a new writer with a new token.
     WriteFailed,
-    /// A commit's byte counts.
-    Committed {
-        new_bytes: u64,
-        deduped_bytes: u64,
-        xorb_bytes: u64,
-    },
+    /// What a commit sent.
+    Committed(CommitCounts),
 }
 
 /// What worker jobs share: the Hub client, the name format, the Xet cache directory, how Xet
@@ -188,7 +184,7 @@ impl Ctx {
         };
         let writer = match sc.writer {
             Some(w) => w,
-            None => match XetWriter::open(&self.xet_dir, &self.hub, &token, &self.write) {
+            None => match XetWriter::open(&self.xet_dir, &self.write) {
                 Ok(w) => {
                     let w = Arc::new(w);
                     learnt.push(Learnt::Writer(w.clone()));
@@ -209,17 +205,8 @@ impl Ctx {
             self.write.needs_refresher(&token, unix_now()),
             &named,
         ) {
-            Ok(Committed {
-                files,
-                new_bytes,
-                deduped_bytes,
-                xorb_bytes,
-            }) => {
-                learnt.push(Learnt::Committed {
-                    new_bytes,
-                    deduped_bytes,
-                    xorb_bytes,
-                });
+            Ok(Committed { files, counts }) => {
+                learnt.push(Learnt::Committed(counts));
                 files.into_iter().map(Ok).collect()
             }
             Err(e) => {
@@ -353,9 +340,7 @@ struct StoreCounters {
     write_tokens: u64,
     commits: u64,
     failed_commits: u64,
-    new_bytes: u64,
-    deduped_bytes: u64,
-    xorb_bytes: u64,
+    sent: CommitCounts,
 }
 
 /// One entry of the metadata cache.
@@ -542,15 +527,9 @@ impl HfStorage {
                     self.writer = None;
                     self.write_token = None;
                 }
-                Learnt::Committed {
-                    new_bytes,
-                    deduped_bytes,
-                    xorb_bytes,
-                } => {
+                Learnt::Committed(counts) => {
                     self.stores.commits += 1;
-                    self.stores.new_bytes += new_bytes;
-                    self.stores.deduped_bytes += deduped_bytes;
-                    self.stores.xorb_bytes += xorb_bytes;
+                    self.stores.sent += counts;
                 }
             }
         }
@@ -943,9 +922,10 @@ impl Storage for HfStorage {
                 "xet_write_tokens": self.stores.write_tokens,
                 "xet_commits": self.stores.commits,
                 "xet_failed_commits": self.stores.failed_commits,
-                "xet_new_bytes": self.stores.new_bytes,
-                "xet_deduped_bytes": self.stores.deduped_bytes,
-                "xet_xorb_bytes": self.stores.xorb_bytes,
+                "xet_new_bytes": self.stores.sent.new_bytes,
+                "xet_deduped_bytes": self.stores.sent.deduped_bytes,
+                "xet_xorb_bytes": self.stores.sent.xorb_bytes,
+                "xet_xorbs_posted": self.stores.sent.xorbs_posted,
             },
         })
     }

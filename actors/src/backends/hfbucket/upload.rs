@@ -1,36 +1,40 @@
 //! Direct Xet stores: kvtier cuts, hashes and packs the chunks itself and sends xorbs and one
-//! shard per commit through xet-client's CAS client (`xet_store_path = "direct"`).
+//! shard per commit to the CAS itself (`xet_store_path = "direct"`).
 //!
 //! hf-xet's upload commit runs every object through Xet's content-defined chunker (a rolling
 //! gear hash over every byte), its deduplication, and a session of its own per commit (with
-//! an HTTP client built each time). KV chunks are unique by construction and never shifted,
-//! so none of that buys anything. This module keeps the Xet format and the CAS protocol and
-//! drops the rest:
+//! an HTTP client built each time), and serializes every xorb into a buffer of its own. KV
+//! chunks are unique by construction and never shifted, so none of that buys anything. This
+//! module keeps the Xet format and the CAS protocol and drops the rest:
 //!
 //! 1. each object is cut into chunks ([`XetChunking`]: Xet's own content-defined chunker, or
 //!    fixed 64 KiB pieces, which skip the rolling hash), as slices of the caller's [`Bytes`];
 //! 2. chunk hashes (BLAKE3, Xet's keyed variant) and the file hash come from
 //!    xet-core-structures, the same code hf-xet runs;
-//! 3. chunks are packed in order into xorbs of at most 64 MiB / 8 192 chunks, each
-//!    serialized by xet-core-structures and uploaded by xet-client's `RemoteClient` (its
-//!    upload grants, checksum and retries);
-//! 4. after every xorb has landed, one shard describes every object's segments (with
-//!    verification hashes) and every xorb's chunks, and is uploaded last, as hf-xet does.
+//! 3. chunks are packed in order into xorbs of at most 64 MiB / 8 192 chunks; an uncompressed
+//!    xorb (`xet_compression = "none"`, the default) is sent as its chunks' 8-byte headers
+//!    (xet-core-structures' chunk header) interleaved with slices of the caller's memory, a
+//!    compressed one is serialized by xet-core-structures;
+//! 4. each xorb goes through the CAS's upload grants (a grant for its length and CRC-64/NVME,
+//!    the upload to the grant's URL with exactly the grant's headers, the commit), or is
+//!    posted to the CAS when it offers no grants (or refused them three times), as xet-client
+//!    does; requests go through the adapter's Hub client and its retry policy, two xorbs of a
+//!    commit at a time on threads of the commit's own;
+//! 5. after every xorb has landed, one shard describes every object's segments (with
+//!    verification hashes) and every xorb's chunks, and is posted last, as hf-xet does.
 //!
 //! Invariants: an object's Xet hash depends only on its chunks, so with `cdc` chunking it is
 //! exactly the hash hf-xet computes for the same bytes (a test holds this); with `fixed`
 //! chunking the hash differs but every reader (hf_xet, `huggingface_hub`, LMCache, kvtier's
 //! own) reconstructs the bytes, since readers follow the shard's chunk ranges and never
-//! re-chunk; the shard goes up only after all its xorbs did, so the CAS never holds a file
-//! whose bytes it lacks; nothing is copied before serialization, which copies each byte once
-//! and holds at most two serialized xorbs (128 MiB) per commit at a time, whatever the batch.
-
-use std::sync::Arc;
+//! re-chunk; the bytes sent are exactly xet-core-structures' serialization of the xorb without
+//! footer (the CAS checks the xorb hash and the grant's length and checksum); the shard goes up
+//! only after all its xorbs did, so the CAS never holds a file whose bytes it lacks; an
+//! uncompressed store copies no byte of the caller's memory on its way to the socket (the HTTP
+//! client's write buffer aside), and a compressed one holds at most two serialized xorbs
+//! (128 MiB) per commit at a time, whatever the batch.
 
 use bytes::Bytes;
-use futures_util::{StreamExt, TryStreamExt};
-use xet_client::cas_client::auth::{AuthConfig, AuthError, TokenInfo, TokenRefresher};
-use xet_client::cas_client::{Client, RemoteClient};
 use xet_core_structures::merklehash::{file_hash, MerkleHash};
 use xet_core_structures::metadata_shard::chunk_verification::range_hash_from_chunks;
 use xet_core_structures::metadata_shard::file_structs::{
@@ -38,12 +42,14 @@ use xet_core_structures::metadata_shard::file_structs::{
 };
 use xet_core_structures::metadata_shard::shard_in_memory::MDBInMemoryShard;
 use xet_core_structures::xorb_object::constants::{MAX_XORB_BYTES, MAX_XORB_CHUNKS};
-use xet_core_structures::xorb_object::{Chunk, RawXorbData, SerializedXorbObject};
-use xet_runtime::core::XetContext;
+use xet_core_structures::xorb_object::{
+    write_chunk_header, Chunk, CompressionScheme, RawXorbData, SerializedXorbObject,
+    XorbChunkHeader, XORB_CHUNK_HEADER_LENGTH,
+};
 
 use super::config::XetChunking;
-use super::hub::{HubClient, XetToken};
-use super::xet::{Committed, Uploaded, WriteSettings};
+use super::hub::{unix_now, GrantAnswer, HubClient, XetToken};
+use super::xet::{CommitCounts, Committed, Uploaded, WriteSettings};
 use crate::storage::BackendError;
 
 /// The operation errors are reported under.
@@ -55,8 +61,7 @@ pub const FIXED_CHUNK: usize = 64 << 10;
 /// The CAS prefix of xorbs (Xet's `default_prefix`).
 const PREFIX: &str = "default";
 
-/// Serialized xorbs a commit holds at most while uploading (the serialization of the next
-/// overlaps the upload of the previous).
+/// Xorbs of one commit uploading at once (each on a thread of the commit's own).
 const XORBS_IN_FLIGHT: usize = 2;
 
 /// How often the `auto` compression policy re-tests its choice (chunks), as hf-xet's default.
@@ -151,67 +156,139 @@ fn file_info(plan: &FilePlan, xorb_hashes: &[MerkleHash]) -> (MerkleHash, MDBFil
     (hash, info)
 }
 
-/// Gets write tokens from the Hub when xet-client's CAS client asks for one (the Hub call is
-/// blocking, so it runs on the runtime's blocking pool).
-struct HubRefresher(HubClient);
+/// Attempts at a xorb through upload grants (a grant refused or not found by the commit asks
+/// for a new one) before the xorb is posted to the CAS itself, as xet-client does.
+const GRANT_ATTEMPTS: usize = 3;
 
-#[async_trait::async_trait]
-impl TokenRefresher for HubRefresher {
-    async fn refresh(&self) -> Result<TokenInfo, AuthError> {
-        let hub = self.0.clone();
-        let failed = |e: &dyn std::fmt::Display| AuthError::TokenRefreshFailure(e.to_string());
-        let t = tokio::task::spawn_blocking(move || hub.xet_write_token())
-            .await
-            .map_err(|e| failed(&e))?
-            .map_err(|e| failed(&e))?;
-        Ok((t.access_token.expose().to_owned(), t.exp))
+/// A write token is replaced before a CAS request when it has less than this left (seconds),
+/// or half its lifetime if that is shorter: more than any one request takes.
+const TOKEN_LEFT: u64 = 30;
+
+/// A commit's write token: the store's, replaced from the Hub before a CAS request when it
+/// runs low (a long commit, or a Hub of short-lived tokens). Each upload lane holds its own
+/// copy (no lock).
+#[derive(Clone)]
+struct Token(XetToken);
+
+impl Token {
+    fn get(&mut self, hub: &HubClient) -> Result<&XetToken, BackendError> {
+        let lifetime = self.0.exp.saturating_sub(self.0.fetched);
+        if !self.0.lasts(unix_now(), TOKEN_LEFT.min(lifetime / 2)) {
+            self.0 = hub.xet_write_token()?;
+        }
+        Ok(&self.0)
     }
 }
 
-/// Uploads with kvtier's own chunking and packing through one xet-client CAS client, which
-/// refreshes its write token from the Hub itself.
+/// A xorb's serialized bytes as pieces sent in order, and their CRC-64/NVME (which the upload
+/// grant carries). Uncompressed, the pieces are each chunk's 8-byte header and the chunk
+/// itself, a slice of the caller's memory: nothing is copied before the socket. Compressed,
+/// xet-core-structures serializes the xorb into one buffer.
+fn xorb_body(raw: RawXorbData, compression: &str) -> Result<(Vec<Bytes>, u64, u64), BackendError> {
+    let scheme: CompressionScheme = compression.parse().map_err(err)?;
+    let pieces = if scheme == CompressionScheme::None {
+        let mut headers = Vec::with_capacity(raw.data.len() * XORB_CHUNK_HEADER_LENGTH);
+        for c in &raw.data {
+            let len = u32::try_from(c.len()).map_err(err)?;
+            let h = XorbChunkHeader::new(CompressionScheme::None, len, len);
+            write_chunk_header(&mut headers, &h).map_err(err)?;
+        }
+        let headers = Bytes::from(headers);
+        let mut pieces = Vec::with_capacity(2 * raw.data.len());
+        for (i, c) in raw.data.into_iter().enumerate() {
+            let at = i * XORB_CHUNK_HEADER_LENGTH;
+            pieces.push(headers.slice(at..at + XORB_CHUNK_HEADER_LENGTH));
+            pieces.push(c);
+        }
+        pieces
+    } else {
+        let x =
+            SerializedXorbObject::from_xorb(raw, false, compression, COMPRESSION_RETEST_INTERVAL)
+                .map_err(err)?;
+        vec![Bytes::from(x.serialized_data)]
+    };
+    let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
+    let mut len = 0u64;
+    for p in &pieces {
+        crc.update(p);
+        len += p.len() as u64;
+    }
+    Ok((pieces, len, crc.finalize()))
+}
+
+/// Stores one xorb in the CAS: through upload grants when the CAS offers them (grant, upload
+/// to the grant's URL, commit), else posted to the CAS. Counts the bytes sent (none when the
+/// CAS held it already) and whether it was posted.
+fn send_xorb(
+    hub: &HubClient,
+    token: &mut Token,
+    raw: RawXorbData,
+    compression: &str,
+) -> Result<CommitCounts, BackendError> {
+    let key = format!("{PREFIX}/{}", raw.hash().hex());
+    let (pieces, len, crc) = xorb_body(raw, compression)?;
+    let mut sent = CommitCounts::default();
+    for _ in 0..GRANT_ATTEMPTS {
+        match hub.xet_xorb_grant(token.get(hub)?, &key, len, crc)? {
+            GrantAnswer::Exists => return Ok(sent),
+            GrantAnswer::NotOffered => break,
+            GrantAnswer::Granted(grant) => {
+                if !hub.xet_grant_upload(&grant, &pieces)? {
+                    continue;
+                }
+                sent.xorb_bytes += len;
+                if hub.xet_xorb_commit(token.get(hub)?, &key, &grant.id)? {
+                    return Ok(sent);
+                }
+            }
+        }
+    }
+    hub.xet_post_xorb(token.get(hub)?, &key, &pieces)?;
+    sent.xorb_bytes += len;
+    sent.xorbs_posted += 1;
+    Ok(sent)
+}
+
+/// Sends `raws` one after the other on the calling thread, adding up what they sent.
+fn send_lane(
+    hub: &HubClient,
+    mut token: Token,
+    raws: Vec<RawXorbData>,
+    compression: &str,
+) -> Result<CommitCounts, BackendError> {
+    let mut sent = CommitCounts::default();
+    for raw in raws {
+        sent += send_xorb(hub, &mut token, raw, compression)?;
+    }
+    Ok(sent)
+}
+
+/// Uploads with kvtier's own chunking and packing, speaking the CAS's write routes itself
+/// through the adapter's Hub client (its connections and retry policy) on the calling worker
+/// thread: no runtime, no session, nothing held between commits.
+#[derive(Debug)]
 pub struct DirectWriter {
-    ctx: XetContext,
-    client: Arc<RemoteClient>,
     chunking: XetChunking,
     compression: &'static str,
 }
 
-impl std::fmt::Debug for DirectWriter {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("DirectWriter")
-            .field("chunking", &self.chunking)
-            .field("compression", &self.compression)
-            .finish_non_exhaustive()
-    }
-}
-
 impl DirectWriter {
-    /// Opens the CAS client on `token`'s endpoint. Must run on a plain thread (a worker), not
-    /// inside a tokio runtime (the context would borrow that runtime instead of owning one).
-    pub fn open(
-        hub: &HubClient,
-        token: &XetToken,
-        settings: &WriteSettings,
-    ) -> Result<Self, BackendError> {
-        let ctx = XetContext::default().map_err(err)?;
-        let auth = Some(AuthConfig {
-            token: token.access_token.expose().to_owned(),
-            token_expiration: token.exp,
-            token_refresher: Arc::new(HubRefresher(hub.clone())),
-        });
-        let client = RemoteClient::new(ctx.clone(), &token.cas_url, &auth, "kvtier", false, None);
-        Ok(Self {
-            ctx,
-            client,
+    /// A writer with these settings (no I/O).
+    pub fn open(settings: &WriteSettings) -> Self {
+        Self {
             chunking: settings.chunking,
             compression: settings.compression,
-        })
+        }
     }
 
-    /// Uploads every object in one commit (xorbs, then one shard); results keep input order.
-    /// A failure fails every object.
-    pub fn upload(&self, objects: &[(String, Bytes)]) -> Result<Committed, BackendError> {
+    /// Uploads every object in one commit (xorbs, then one shard) with `token` (replaced from
+    /// the Hub if it runs low); results keep input order. A failure fails every object.
+    pub fn upload(
+        &self,
+        hub: &HubClient,
+        token: &XetToken,
+        objects: &[(String, Bytes)],
+    ) -> Result<Committed, BackendError> {
         let chunked: Vec<Vec<Chunk>> = objects
             .iter()
             .map(|(_, d)| chunk(d, self.chunking))
@@ -226,9 +303,6 @@ impl DirectWriter {
                 starts[xi].push(start);
             }
         }
-        // The xorbs' descriptions (and hashes) come first, for the shard; serializing them,
-        // the copy, waits for the upload pipeline, so a commit holds at most
-        // `XORBS_IN_FLIGHT` serialized xorbs, however large its batch.
         let raws: Vec<RawXorbData> = xorbs
             .iter()
             .zip(starts)
@@ -252,50 +326,39 @@ impl DirectWriter {
             new_bytes += data.len() as u64;
         }
         let shard = Bytes::from(shard.to_bytes().map_err(err)?);
-        let client = self.client.clone();
-        let compression = self.compression;
-        let xorb_bytes = self
-            .ctx
-            .runtime
-            .bridge_sync(async move {
-                let sent: Vec<u64> = futures_util::stream::iter(raws)
-                    .map(|raw| {
-                        let client = client.clone();
-                        async move {
-                            let x = tokio::task::spawn_blocking(move || {
-                                SerializedXorbObject::from_xorb(
-                                    raw,
-                                    false,
-                                    compression,
-                                    COMPRESSION_RETEST_INTERVAL,
-                                )
-                            })
-                            .await
-                            .map_err(err)?
-                            .map_err(err)?;
-                            let permit = client.acquire_upload_permit().await.map_err(err)?;
-                            client
-                                .upload_xorb(PREFIX, x, None, permit)
-                                .await
-                                .map_err(err)
-                        }
+        // The xorbs go up in `XORBS_IN_FLIGHT` lanes (xorb i in lane i mod lanes), each on a
+        // thread of its own for the commit, then the shard.
+        let mut token = Token(token.clone());
+        let lanes = raws.len().min(XORBS_IN_FLIGHT);
+        let mut sent = if lanes <= 1 {
+            send_lane(hub, token.clone(), raws, self.compression)?
+        } else {
+            let mut by_lane: Vec<Vec<RawXorbData>> = (0..lanes).map(|_| Vec::new()).collect();
+            for (i, raw) in raws.into_iter().enumerate() {
+                by_lane[i % lanes].push(raw);
+            }
+            std::thread::scope(|s| {
+                let running: Vec<_> = by_lane
+                    .into_iter()
+                    .map(|lane| {
+                        let t = token.clone();
+                        s.spawn(move || send_lane(hub, t, lane, self.compression))
                     })
-                    .buffer_unordered(XORBS_IN_FLIGHT)
-                    .try_collect()
-                    .await?;
-                let permit = client.acquire_upload_permit().await.map_err(err)?;
-                client
-                    .upload_shard(shard, permit, None)
-                    .await
-                    .map_err(err)?;
-                Ok::<u64, BackendError>(sent.into_iter().sum())
-            })
-            .map_err(err)??;
+                    .collect();
+                let mut sent = CommitCounts::default();
+                for lane in running {
+                    sent += lane
+                        .join()
+                        .unwrap_or_else(|_| Err(err("an upload lane panicked")))?;
+                }
+                Ok::<_, BackendError>(sent)
+            })?
+        };
+        hub.xet_post_shard(token.get(hub)?, shard)?;
+        sent.new_bytes = new_bytes;
         Ok(Committed {
             files,
-            new_bytes,
-            deduped_bytes: 0,
-            xorb_bytes,
+            counts: sent,
         })
     }
 }

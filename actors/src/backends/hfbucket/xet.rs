@@ -177,12 +177,31 @@ impl XetReader {
 pub struct Committed {
     /// Every object's hash and size, in input order.
     pub files: Vec<Uploaded>,
+    /// What the commit sent.
+    pub counts: CommitCounts,
+}
+
+/// What commits sent, added up in the adapter's `status`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CommitCounts {
     /// Bytes of chunks the CAS did not hold yet.
     pub new_bytes: u64,
     /// Bytes of chunks deduplicated (already in this commit, the session or the CAS).
     pub deduped_bytes: u64,
     /// Bytes of xorbs sent to the CAS (the new chunks after compression, with headers).
     pub xorb_bytes: u64,
+    /// Xorbs kvtier's own writer posted to the CAS because it offered no upload grant (or
+    /// kept refusing them); 0 on the hf-xet path, which does not report it.
+    pub xorbs_posted: u64,
+}
+
+impl std::ops::AddAssign for CommitCounts {
+    fn add_assign(&mut self, o: Self) {
+        self.new_bytes += o.new_bytes;
+        self.deduped_bytes += o.deduped_bytes;
+        self.xorb_bytes += o.xorb_bytes;
+        self.xorbs_posted += o.xorbs_posted;
+    }
 }
 
 /// How Xet writes xorbs: the knobs of [`XetWriter`], from the adapter's config.
@@ -251,19 +270,13 @@ impl std::fmt::Debug for XetWriter {
 }
 
 impl XetWriter {
-    /// Opens the writer `settings` asks for: an hf-xet session, or kvtier's own writer on
-    /// `token`'s CAS (it then refreshes its token from `hub` itself). Must run on a plain
-    /// thread (a worker), not inside a tokio runtime (the session would borrow that runtime
-    /// instead of owning one).
-    pub fn open(
-        cache_dir: &Path,
-        hub: &HubClient,
-        token: &XetToken,
-        settings: &WriteSettings,
-    ) -> Result<Self, BackendError> {
+    /// Opens the writer `settings` asks for: an hf-xet session, or kvtier's own writer (which
+    /// holds only its settings). Must run on a plain thread (a worker), not inside a tokio
+    /// runtime (the session would borrow that runtime instead of owning one).
+    pub fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
         if settings.store_path == XetStorePath::Direct {
             return Ok(Self {
-                path: WritePath::Direct(DirectWriter::open(hub, token, settings)?),
+                path: WritePath::Direct(DirectWriter::open(settings)),
             });
         }
         let config = XetConfig::new()
@@ -288,8 +301,9 @@ impl XetWriter {
     /// whole commit fails every object. On the hf-xet path the commit gets Xet's token
     /// refresher only with `refresher` (see [`WriteSettings::needs_refresher`]): hf-xet builds
     /// two HTTP clients for one (its client cache holds one client, and the refresher's
-    /// headers differ from the CAS's). The direct writer holds its own token and ignores
-    /// `token` and `refresher`.
+    /// headers differ from the CAS's). The direct writer sends its requests through `hub`
+    /// with `token`, and replaces the token from the Hub itself when it runs low during a long
+    /// commit (it ignores `refresher`).
     pub fn upload(
         &self,
         hub: &HubClient,
@@ -299,7 +313,7 @@ impl XetWriter {
     ) -> Result<Committed, BackendError> {
         let session = match &self.path {
             WritePath::HfXet(s) => s,
-            WritePath::Direct(d) => return d.upload(objects),
+            WritePath::Direct(d) => return d.upload(hub, token, objects),
         };
         let mut builder = session
             .new_upload_commit()
@@ -337,9 +351,12 @@ impl XetWriter {
             let m = commit.commit_blocking().map_err(xet_err)?.dedup_metrics;
             Ok(Committed {
                 files: uploaded,
-                new_bytes: m.new_bytes,
-                deduped_bytes: m.deduped_bytes,
-                xorb_bytes: m.xorb_bytes_uploaded,
+                counts: CommitCounts {
+                    new_bytes: m.new_bytes,
+                    deduped_bytes: m.deduped_bytes,
+                    xorb_bytes: m.xorb_bytes_uploaded,
+                    xorbs_posted: 0,
+                },
             })
         };
         run().inspect_err(|_| {
