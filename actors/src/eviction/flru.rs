@@ -240,34 +240,29 @@ mod tests {
         assert_eq!(p.len(), 4);
     }
 
-    #[test]
-    fn a_reused_key_outlives_newer_keys_used_once() {
-        let mut p = Flru::new(0.25);
+    /// Keys 0..8 stored one by one, key 0 hit, key 8 stored, with this bonus: the last two
+    /// keys of the order.
+    fn last_two_after_a_hit(bonus: f64) -> Vec<ObjectKey> {
+        let mut p = Flru::new(bonus);
         for i in 0..8 {
             p.on_stored(&[key(i)]);
         }
-        // Capacity 8: one more use is worth 2 ticks of clock.
         p.on_accessed(&[key(0)]);
         p.on_stored(&[key(8)]);
-        let o = order(&p);
         assert_eq!(p.uses(&key(0)), Some(2));
-        // key 0 (touched at tick 9, +2) ranks after key 8 (tick 10).
-        assert_eq!(o.last(), Some(&key(0)));
-        // Without the bonus it would be second to last.
-        assert_eq!(o[o.len() - 2], key(8));
+        order(&p)[7..].to_vec()
+    }
+
+    #[test]
+    fn a_reused_key_outlives_newer_keys_used_once() {
+        // Capacity 8 and a bonus of 0.25: one more use is worth 2 ticks of clock, so key 0
+        // (touched at tick 9, +2) ranks after key 8 (tick 10).
+        assert_eq!(last_two_after_a_hit(0.25), [key(8), key(0)]);
     }
 
     #[test]
     fn without_a_bonus_the_order_is_lru() {
-        let mut p = Flru::new(0.0);
-        for i in 0..8 {
-            p.on_stored(&[key(i)]);
-        }
-        p.on_accessed(&[key(0)]);
-        p.on_stored(&[key(8)]);
-        assert_eq!(p.uses(&key(0)), Some(2));
-        let o = order(&p);
-        assert_eq!(o[o.len() - 2..], [key(0), key(8)]);
+        assert_eq!(last_two_after_a_hit(0.0), [key(0), key(8)]);
     }
 
     #[test]
