@@ -95,6 +95,11 @@ pub struct XetToken {
 }
 
 impl XetToken {
+    /// The `Authorization` header value of CAS requests.
+    pub fn bearer(&self) -> String {
+        format!("Bearer {}", self.access_token.expose())
+    }
+
     /// Whether the token is still valid `secs` seconds after `now` (seconds since the epoch).
     pub fn lasts(&self, now: u64, secs: u64) -> bool {
         self.exp > now.saturating_add(secs)
@@ -141,6 +146,14 @@ fn status_error(op: &'static str, status: u16, body: &str) -> BackendError {
         op,
         format!("the Hub answered {status}: {body}"),
     )
+}
+
+/// The error of an answer that is not one the caller expects: its status and (the start of)
+/// its body.
+fn answer_error(op: &'static str, mut r: ureq::http::Response<ureq::Body>) -> BackendError {
+    let s = r.status().as_u16();
+    let body = r.body_mut().read_to_string().unwrap_or_default();
+    status_error(op, s, &body)
 }
 
 impl HubClient {
@@ -195,15 +208,14 @@ impl HubClient {
             self.metrics.hub_request(op);
             let (outcome, retry_after, error) = match make(&self.agent) {
                 Ok(r) if !crate::retry::retryable_status(r.status().as_u16()) => return Ok(r),
-                Ok(mut r) => {
+                Ok(r) => {
                     let s = r.status().as_u16();
                     let retry_after = r
                         .headers()
                         .get("retry-after")
                         .and_then(|v| v.to_str().ok())
                         .and_then(parse_retry_after);
-                    let body = r.body_mut().read_to_string().unwrap_or_default();
-                    (Outcome::Status(s), retry_after, status_error(op, s, &body))
+                    (Outcome::Status(s), retry_after, answer_error(op, r))
                 }
                 Err(e) => {
                     let (outcome, error) = transport(op, &e);
@@ -236,10 +248,8 @@ impl HubClient {
         op: &'static str,
         mut r: ureq::http::Response<ureq::Body>,
     ) -> Result<T, BackendError> {
-        let status = r.status().as_u16();
-        if !(200..300).contains(&status) {
-            let body = r.body_mut().read_to_string().unwrap_or_default();
-            return Err(status_error(op, status, &body));
+        if !(200..300).contains(&r.status().as_u16()) {
+            return Err(answer_error(op, r));
         }
         r.body_mut()
             .with_config()
@@ -260,16 +270,13 @@ impl HubClient {
 
     /// Creates the bucket; an existing bucket (409) is fine.
     pub fn create_bucket(&self) -> Result<(), BackendError> {
-        let mut r = self.call("create bucket", |a| {
+        let r = self.call("create bucket", |a| {
             self.auth(a.post(self.api(""))).send_json(json!({}))
         })?;
         match r.status().as_u16() {
             409 => Ok(()),
             s if (200..300).contains(&s) => Ok(()),
-            s => {
-                let body = r.body_mut().read_to_string().unwrap_or_default();
-                Err(status_error("create bucket", s, &body))
-            }
+            _ => Err(answer_error("create bucket", r)),
         }
     }
 
@@ -342,10 +349,7 @@ impl HubClient {
                 .body_mut()
                 .read_json()
                 .map_err(|e| BackendError::io("batch", e)),
-            s => {
-                let body = r.body_mut().read_to_string().unwrap_or_default();
-                Err(status_error("batch", s, &body))
-            }
+            _ => Err(answer_error("batch", r)),
         }
     }
 
@@ -395,10 +399,7 @@ impl HubClient {
         match r.status().as_u16() {
             404 => return Ok(Fetched::Absent),
             s if (200..300).contains(&s) => {}
-            s => {
-                let body = r.body_mut().read_to_string().unwrap_or_default();
-                return Err(status_error("get", s, &body));
-            }
+            _ => return Err(answer_error("get", r)),
         }
         let declared = content_length(&r);
         if declared.is_some_and(|d| d != buf.len() as u64) {
@@ -446,7 +447,7 @@ impl HubClient {
             "{}/v1/reconstructions/{hash}",
             token.cas_url.trim_end_matches('/')
         );
-        let bearer = format!("Bearer {}", token.access_token.expose());
+        let bearer = token.bearer();
         let r = self.call(OP, |a| a.get(&url).header("Authorization", &bearer).call())?;
         Self::expect_json(OP, r)
     }
@@ -461,7 +462,7 @@ impl HubClient {
     ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
         const OP: &str = "xet-range";
         let header = range.range_header();
-        let mut r = self.call(OP, |a| a.get(url).header("Range", &header).call())?;
+        let r = self.call(OP, |a| a.get(url).header("Range", &header).call())?;
         let length = content_length(&r);
         match r.status().as_u16() {
             206 => Ok(r),
@@ -470,10 +471,7 @@ impl HubClient {
                 OP,
                 format!("the CAS ignored the range {header} (200 with {length:?} bytes)"),
             )),
-            s => {
-                let body = r.body_mut().read_to_string().unwrap_or_default();
-                Err(status_error(OP, s, &body))
-            }
+            _ => Err(answer_error(OP, r)),
         }
     }
 }
@@ -528,15 +526,6 @@ impl HubClient {
         format!("{}{tail}", token.cas_url.trim_end_matches('/'))
     }
 
-    fn read_status_error(
-        op: &'static str,
-        mut r: ureq::http::Response<ureq::Body>,
-    ) -> BackendError {
-        let s = r.status().as_u16();
-        let body = r.body_mut().read_to_string().unwrap_or_default();
-        status_error(op, s, &body)
-    }
-
     /// Asks the CAS of `token` for a grant to upload the xorb `key` (`prefix/hash`) of
     /// `length` serialized bytes with CRC-64/NVME `crc` (`POST {cas}/v1/xorb-grants/{key}`).
     pub fn xet_xorb_grant(
@@ -548,7 +537,7 @@ impl HubClient {
     ) -> Result<GrantAnswer, BackendError> {
         const OP: &str = "xet-xorb-grant";
         let url = Self::cas(token, &format!("/v1/xorb-grants/{key}"));
-        let bearer = format!("Bearer {}", token.access_token.expose());
+        let bearer = token.bearer();
         let req = XorbUploadGrantRequest {
             length,
             checksum: Checksum::Crc64Nvme(crc),
@@ -562,7 +551,7 @@ impl HubClient {
             201 => Self::expect_json(OP, r).map(GrantAnswer::Granted),
             200 => Ok(GrantAnswer::Exists),
             404 => Ok(GrantAnswer::NotOffered),
-            _ => Err(Self::read_status_error(OP, r)),
+            _ => Err(answer_error(OP, r)),
         }
     }
 
@@ -595,7 +584,7 @@ impl HubClient {
         match r.status().as_u16() {
             200..=299 | 412 => Ok(true),
             400 | 403 | 409 => Ok(false),
-            _ => Err(Self::read_status_error(OP, r)),
+            _ => Err(answer_error(OP, r)),
         }
     }
 
@@ -619,14 +608,14 @@ impl HubClient {
             token,
             &format!("/v1/xorb-commits/{key}/grant/{}", hf_encode(grant_id)),
         );
-        let bearer = format!("Bearer {}", token.access_token.expose());
+        let bearer = token.bearer();
         let r = self.call(OP, |a| {
             a.post(&url).header("Authorization", &bearer).send_empty()
         })?;
         match r.status().as_u16() {
             200..=299 => Ok(true),
             404 => Ok(false),
-            _ => Err(Self::read_status_error(OP, r)),
+            _ => Err(answer_error(OP, r)),
         }
     }
 
@@ -657,7 +646,7 @@ impl HubClient {
         url: &str,
         pieces: &[Bytes],
     ) -> Result<(), BackendError> {
-        let bearer = format!("Bearer {}", token.access_token.expose());
+        let bearer = token.bearer();
         let r = self.call(op, |a| {
             let (body, len) = body_of(pieces);
             a.post(url)
@@ -667,7 +656,7 @@ impl HubClient {
         })?;
         match r.status().as_u16() {
             200..=299 => Ok(()),
-            _ => Err(Self::read_status_error(op, r)),
+            _ => Err(answer_error(op, r)),
         }
     }
 }

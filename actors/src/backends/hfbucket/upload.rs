@@ -184,8 +184,10 @@ impl Token {
 /// grant carries). Uncompressed, the pieces are each chunk's 8-byte header and the chunk
 /// itself, a slice of the caller's memory: nothing is copied before the socket. Compressed,
 /// xet-core-structures serializes the xorb into one buffer.
-fn xorb_body(raw: RawXorbData, compression: &str) -> Result<(Vec<Bytes>, u64, u64), BackendError> {
-    let scheme: CompressionScheme = compression.parse().map_err(err)?;
+fn xorb_body(
+    raw: RawXorbData,
+    scheme: CompressionScheme,
+) -> Result<(Vec<Bytes>, u64, u64), BackendError> {
     let pieces = if scheme == CompressionScheme::None {
         let mut headers = Vec::with_capacity(raw.data.len() * XORB_CHUNK_HEADER_LENGTH);
         for c in &raw.data {
@@ -202,9 +204,13 @@ fn xorb_body(raw: RawXorbData, compression: &str) -> Result<(Vec<Bytes>, u64, u6
         }
         pieces
     } else {
-        let x =
-            SerializedXorbObject::from_xorb(raw, false, compression, COMPRESSION_RETEST_INTERVAL)
-                .map_err(err)?;
+        let x = SerializedXorbObject::from_xorb_with_compression(
+            raw,
+            scheme,
+            false,
+            COMPRESSION_RETEST_INTERVAL,
+        )
+        .map_err(err)?;
         vec![Bytes::from(x.serialized_data)]
     };
     let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
@@ -223,10 +229,10 @@ fn send_xorb(
     hub: &HubClient,
     token: &mut Token,
     raw: RawXorbData,
-    compression: &str,
+    scheme: CompressionScheme,
 ) -> Result<CommitCounts, BackendError> {
     let key = format!("{PREFIX}/{}", raw.hash().hex());
-    let (pieces, len, crc) = xorb_body(raw, compression)?;
+    let (pieces, len, crc) = xorb_body(raw, scheme)?;
     let mut sent = CommitCounts::default();
     for _ in 0..GRANT_ATTEMPTS {
         match hub.xet_xorb_grant(token.get(hub)?, &key, len, crc)? {
@@ -254,11 +260,11 @@ fn send_lane(
     hub: &HubClient,
     mut token: Token,
     raws: Vec<RawXorbData>,
-    compression: &str,
+    scheme: CompressionScheme,
 ) -> Result<CommitCounts, BackendError> {
     let mut sent = CommitCounts::default();
     for raw in raws {
-        sent += send_xorb(hub, &mut token, raw, compression)?;
+        sent += send_xorb(hub, &mut token, raw, scheme)?;
     }
     Ok(sent)
 }
@@ -269,16 +275,17 @@ fn send_lane(
 #[derive(Debug)]
 pub struct DirectWriter {
     chunking: XetChunking,
-    compression: &'static str,
+    /// The xorb compression scheme (`auto`: chosen per object by xet-core-structures).
+    scheme: CompressionScheme,
 }
 
 impl DirectWriter {
     /// A writer with these settings (no I/O).
-    pub fn open(settings: &WriteSettings) -> Self {
-        Self {
+    pub fn open(settings: &WriteSettings) -> Result<Self, BackendError> {
+        Ok(Self {
             chunking: settings.chunking,
-            compression: settings.compression,
-        }
+            scheme: settings.compression.parse().map_err(err)?,
+        })
     }
 
     /// Uploads every object in one commit (xorbs, then one shard) with `token` (replaced from
@@ -331,7 +338,7 @@ impl DirectWriter {
         let mut token = Token(token.clone());
         let lanes = raws.len().min(XORBS_IN_FLIGHT);
         let mut sent = if lanes <= 1 {
-            send_lane(hub, token.clone(), raws, self.compression)?
+            send_lane(hub, token.clone(), raws, self.scheme)?
         } else {
             let mut by_lane: Vec<Vec<RawXorbData>> = (0..lanes).map(|_| Vec::new()).collect();
             for (i, raw) in raws.into_iter().enumerate() {
@@ -342,7 +349,7 @@ impl DirectWriter {
                     .into_iter()
                     .map(|lane| {
                         let t = token.clone();
-                        s.spawn(move || send_lane(hub, t, lane, self.compression))
+                        s.spawn(move || send_lane(hub, t, lane, self.scheme))
                     })
                     .collect();
                 let mut sent = CommitCounts::default();

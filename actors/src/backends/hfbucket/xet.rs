@@ -276,7 +276,7 @@ impl XetWriter {
     pub fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
         if settings.store_path == XetStorePath::Direct {
             return Ok(Self {
-                path: WritePath::Direct(DirectWriter::open(settings)),
+                path: WritePath::Direct(DirectWriter::open(settings)?),
             });
         }
         let config = XetConfig::new()
