@@ -208,8 +208,8 @@ async fn every_policy_evicts_under_the_watermark() {
 }
 
 /// A burst far past the capacity is caught up in one round with the byte unit: `SLRU` and
-/// `FLRU` evict 2 % of the bytes per round, which alone would take a round per key here (and
-/// fall behind a fast writer in production).
+/// `FLRU` evict 2 % and 0.5 % of the bytes per round, which alone would take a round per key
+/// here (and fall behind a fast writer in production).
 #[actix_rt::test]
 async fn a_byte_round_catches_up_with_a_burst() {
     use kvtier::actors::eviction::GetEvictionStats;
@@ -220,7 +220,8 @@ async fn a_byte_round_catches_up_with_a_burst() {
         tier.store(keys, data).await.unwrap();
         tier.evictor().send(WhenIdle(0)).await.unwrap();
         let u = tier.usage().await.unwrap().adapters[0].clone();
-        // Down to at most 0.98 × 1000 × (1 − 0.02) = 960.4 bytes: 9 keys of 100.
+        // Down to at most 0.98 × 1000 × (1 − 0.02) = 960.4 bytes (SLRU) or
+        // 0.995 × 1000 × (1 − 0.005) = 990.0 (FLRU): 9 keys of 100.
         assert_eq!(u.used_bytes, 900, "{p:?}");
         let stats = tier.evictor().send(GetEvictionStats).await.unwrap();
         assert_eq!(stats[0].1.rounds, 1, "{p:?}: {stats:?}");
@@ -254,4 +255,48 @@ async fn the_flru_bonus_is_the_configured_one() {
         assert_eq!(order[order.len() - 2..], want[..], "{bonus:?}");
         tier.shutdown();
     }
+}
+
+/// `flru_admission` reaches the adapter's `FLRU`. A hot set of 64 chunks, each request one
+/// of them and 64 chunks never seen again, in a tier of 1,024 chunks: with the default
+/// (`adaptive`), the shadows place the new chunks last and the hot set is hit from its third
+/// pass on; with `lru` every new chunk is placed at its store and the scan flushes the hot set
+/// until its use count has grown.
+#[actix_rt::test]
+async fn flru_admission_keeps_a_hot_set_through_a_scan() {
+    use kvtier::actors::config::FlruAdmission;
+    let mut hits = Vec::new();
+    for admission in [None, Some(FlruAdmission::Lru)] {
+        let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
+        e.flru_admission = admission;
+        let tier = start(1024 * 100, e).await;
+        let mut fresh = 1_000_000;
+        let mut n = 0;
+        for _pass in 0..8 {
+            for h in 0..64 {
+                let hot = skey("", h);
+                let found = tier.lookup_and_lock(vec![hot.clone()]).await.unwrap();
+                let mut keys: Vec<ObjectKey> = (fresh..fresh + 64).map(|i| skey("", i)).collect();
+                fresh += 64;
+                if found.get(0) {
+                    n += 1;
+                } else {
+                    keys.insert(0, hot.clone());
+                }
+                let data = (0..keys.len() as u32).map(|i| payload(i, 100)).collect();
+                tier.store(keys, data).await.unwrap();
+                if found.get(0) {
+                    tier.unlock(vec![hot]);
+                }
+                tier.evictor().send(WhenIdle(0)).await.unwrap();
+            }
+        }
+        tier.shutdown();
+        hits.push(n);
+    }
+    let (adaptive, lru) = (hits[0], hits[1]);
+    assert!(
+        adaptive >= 5 * 64 && adaptive > 2 * lru,
+        "hot-set hits: adaptive {adaptive}, lru {lru}"
+    );
 }

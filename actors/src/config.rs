@@ -178,19 +178,22 @@ impl<'de> Deserialize<'de> for Quotas {
 /// The optional `eviction` table of an adapter.
 ///
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
-/// unit `keys` (LMCache's defaults); `SLRU` and `FLRU` default to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
-/// unit `bytes` (a fuller tier, see the README).
+/// unit `keys` (LMCache's defaults); `SLRU` defaults to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
+/// `FLRU` to [`FLRU_WATERMARK`], [`FLRU_RATIO`], both with unit `bytes` (a fuller tier, see the
+/// README).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]
 pub struct EvictionConfig {
     /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"FLRU"` or `"noop"`.
     pub eviction_policy: EvictionPolicy,
-    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`, `FLRU`:
-    /// [`SLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each salt's quota.
+    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`:
+    /// [`SLRU_WATERMARK`], `FLRU`: [`FLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each
+    /// salt's quota.
     pub trigger_watermark: f64,
     /// Share of the adapter's keys (or bytes, see `eviction_unit`) evicted per round; in
-    /// [0, 1]. Default 0.2 (`SLRU`, `FLRU`: [`SLRU_RATIO`]). Any ratio > 0 evicts at least one key.
+    /// [0, 1]. Default 0.2 (`SLRU`: [`SLRU_RATIO`], `FLRU`: [`FLRU_RATIO`]). Any ratio > 0 evicts
+    /// at least one key.
     pub eviction_ratio: f64,
     /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `SLRU` and `FLRU`): what
     /// `eviction_ratio` is a share of.
@@ -204,16 +207,37 @@ pub struct EvictionConfig {
     /// `FLRU` an LRU that runs the tier nearly full.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flru_bonus_per_use: Option<f64>,
+    /// `FLRU` only: where keys stored for the first time go (see
+    /// [`crate::eviction::flru`], "Admission"). `None`: [`FlruAdmission::Adaptive`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub flru_admission: Option<FlruAdmission>,
+}
+
+/// `eviction.flru_admission`: how `FLRU` places a key stored for the first time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlruAdmission {
+    /// Sampled shadow tiers choose, from recent hits, between placing new keys as LRU does,
+    /// one capacity earlier, or last (admission on the second use). The default.
+    #[default]
+    Adaptive,
+    /// Every new key is placed as LRU places it (FLRU before shadows).
+    Lru,
 }
 
 /// The largest `flru_bonus_per_use`: beyond it a key used a few times would outlive the tier's
 /// whole history many times over.
 pub const MAX_FLRU_BONUS: f64 = 16.0;
 
-/// `SLRU`'s and `FLRU`'s default `trigger_watermark`: the tier runs nearly full.
+/// `SLRU`'s default `trigger_watermark`: the tier runs nearly full.
 pub const SLRU_WATERMARK: f64 = 0.98;
-/// `SLRU`'s and `FLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
+/// `SLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
 pub const SLRU_RATIO: f64 = 0.02;
+/// `FLRU`'s default `trigger_watermark`: the tier runs full (BENCHMARKS.md, "Admission by
+/// shadow tiers", has the sweep).
+pub const FLRU_WATERMARK: f64 = 0.995;
+/// `FLRU`'s default `eviction_ratio` (of the used bytes): rounds of 0.5 %.
+pub const FLRU_RATIO: f64 = 0.005;
 
 /// The `eviction` table as written; missing fields take the policy's defaults.
 #[derive(Deserialize)]
@@ -227,6 +251,7 @@ struct RawEvictionConfig {
     #[serde(default)]
     quotas: Quotas,
     flru_bonus_per_use: Option<f64>,
+    flru_admission: Option<FlruAdmission>,
 }
 
 impl From<RawEvictionConfig> for EvictionConfig {
@@ -239,6 +264,7 @@ impl From<RawEvictionConfig> for EvictionConfig {
             eviction_unit: raw.eviction_unit.unwrap_or(d.eviction_unit),
             quotas: raw.quotas,
             flru_bonus_per_use: raw.flru_bonus_per_use,
+            flru_admission: raw.flru_admission,
         }
     }
 }
@@ -266,6 +292,7 @@ impl Default for EvictionConfig {
             eviction_unit: EvictionUnit::Keys,
             quotas: Quotas::default(),
             flru_bonus_per_use: None,
+            flru_admission: None,
         }
     }
 }
@@ -313,6 +340,15 @@ impl EvictionConfig {
                 ));
             }
         }
+        if self.flru_admission.is_some() && self.eviction_policy != EvictionPolicy::Flru {
+            return Err(FieldError::new(
+                "eviction.flru_admission",
+                format!(
+                    "only the FLRU policy uses it (the policy is {})",
+                    self.eviction_policy.as_str()
+                ),
+            ));
+        }
         for salt in self.quotas.0.keys() {
             if !salt.is_empty() {
                 if let Err(e) = crate::key::validate_salt(salt) {
@@ -352,14 +388,20 @@ impl EvictionConfig {
     /// A configuration of this policy with the other fields at the policy's defaults.
     pub fn with_policy(policy: EvictionPolicy) -> Self {
         match policy {
-            EvictionPolicy::Slru | EvictionPolicy::Flru => Self {
-                eviction_policy: policy,
-                trigger_watermark: SLRU_WATERMARK,
-                eviction_ratio: SLRU_RATIO,
-                eviction_unit: EvictionUnit::Bytes,
-                quotas: Quotas::default(),
-                flru_bonus_per_use: None,
-            },
+            EvictionPolicy::Slru | EvictionPolicy::Flru => {
+                let (trigger_watermark, eviction_ratio) = if policy == EvictionPolicy::Slru {
+                    (SLRU_WATERMARK, SLRU_RATIO)
+                } else {
+                    (FLRU_WATERMARK, FLRU_RATIO)
+                };
+                Self {
+                    eviction_policy: policy,
+                    trigger_watermark,
+                    eviction_ratio,
+                    eviction_unit: EvictionUnit::Bytes,
+                    ..Self::default()
+                }
+            }
             _ => Self {
                 eviction_policy: policy,
                 ..Self::default()
@@ -515,6 +557,35 @@ mod tests {
         let lru = parse(r#"{"eviction_policy": "LRU", "flru_bonus_per_use": 0.5}"#);
         let e = lru.validate().unwrap_err();
         assert_eq!(e.field, "eviction.flru_bonus_per_use");
+        assert!(e.to_string().contains("only the FLRU policy"), "{e}");
+    }
+
+    #[test]
+    fn the_flru_admission_is_for_flru_with_adaptive_the_default() {
+        let parse = |s: &str| serde_json::from_str::<EvictionConfig>(s);
+        let f = parse(r#"{"eviction_policy": "FLRU"}"#).unwrap();
+        assert_eq!(f.flru_admission, None);
+        assert_eq!(
+            (f.trigger_watermark, f.eviction_ratio, f.eviction_unit),
+            (FLRU_WATERMARK, FLRU_RATIO, EvictionUnit::Bytes)
+        );
+        for (text, want) in [
+            ("lru", FlruAdmission::Lru),
+            ("adaptive", FlruAdmission::Adaptive),
+        ] {
+            let c = parse(&format!(
+                r#"{{"eviction_policy": "FLRU", "flru_admission": "{text}"}}"#
+            ))
+            .unwrap();
+            assert_eq!(c.flru_admission, Some(want));
+            c.validate().unwrap();
+        }
+        assert!(parse(r#"{"eviction_policy": "FLRU", "flru_admission": "all"}"#).is_err());
+        let e = parse(r#"{"eviction_policy": "SLRU", "flru_admission": "lru"}"#)
+            .unwrap()
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.field, "eviction.flru_admission");
         assert!(e.to_string().contains("only the FLRU policy"), "{e}");
     }
 }

@@ -40,7 +40,7 @@ use serde::Serialize;
 use crate::backend::BackendActor;
 use crate::config::{
     bytes_for_ratio, keys_for_ratio, EvictionConfig, EvictionPolicy as PolicyName, EvictionUnit,
-    Quotas,
+    FlruAdmission, Quotas,
 };
 use crate::key::{KeyMap, ObjectKey};
 use crate::messages::{AdapterIndex, Evict, EvictGroup, GetUsage, UsageEvent, UsageEventKind};
@@ -254,6 +254,7 @@ pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
         PolicyName::Slru => Box::new(slru::Slru::default()),
         PolicyName::Flru => Box::new(flru::Flru::new(
             config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
+            config.flru_admission.unwrap_or_default() == FlruAdmission::Adaptive,
         )),
         PolicyName::Noop => Box::new(noop::Noop),
     }
