@@ -23,10 +23,11 @@
 //! tiers*, one per placement: each ranks the keys of one sixteenth of the key space (by
 //! digest, [`SHADOW_SAMPLE`]) in a tier of one sixteenth of the capacity, and counts its hits
 //! with a decay of [`SHADOW_HORIZON`] shadow capacities; new keys of the real tier get the
-//! placement of the shadow with the most recent hits (the first on a tie, so until the shadows
-//! see hits, new keys are placed as LRU places them). `eviction.flru_admission = "lru"` turns this off. Sampled shadows
-//! estimate a tier's hit ratio well from a small share of its keys (the idea of SHARDS,
-//! Waldspurger et al., FAST '15); they cost three small rankings, not three tiers.
+//! placement of the shadow with the most recent hits (the first on a tie, so until the
+//! shadows see hits, new keys are placed as LRU places them). `eviction.flru_admission =
+//! "lru"` turns this off. Sampled shadows estimate a tier's hit ratio well from a small share
+//! of its keys (the idea of SHARDS, Waldspurger et al., FAST '15); they cost three small
+//! rankings, not three tiers.
 //!
 //! Why this shape (measured on Mooncake's synthetic and conversation traces and on synthetic
 //! multi-turn, used-twice and Zipf workloads, see BENCHMARKS.md, "FLRU"):
