@@ -323,31 +323,30 @@ impl EvictionConfig {
                 ),
             ));
         }
-        if let Some(b) = self.flru_bonus_per_use {
-            if self.eviction_policy != EvictionPolicy::Flru {
+        let flru_only = |field: &str, set: bool| {
+            if set && self.eviction_policy != EvictionPolicy::Flru {
                 return Err(FieldError::new(
-                    "eviction.flru_bonus_per_use",
+                    field,
                     format!(
                         "only the FLRU policy uses it (the policy is {})",
                         self.eviction_policy.as_str()
                     ),
                 ));
             }
+            Ok(())
+        };
+        flru_only(
+            "eviction.flru_bonus_per_use",
+            self.flru_bonus_per_use.is_some(),
+        )?;
+        flru_only("eviction.flru_admission", self.flru_admission.is_some())?;
+        if let Some(b) = self.flru_bonus_per_use {
             if !(b.is_finite() && (0.0..=MAX_FLRU_BONUS).contains(&b)) {
                 return Err(FieldError::new(
                     "eviction.flru_bonus_per_use",
                     format!("must be in [0, {MAX_FLRU_BONUS}], got {b}"),
                 ));
             }
-        }
-        if self.flru_admission.is_some() && self.eviction_policy != EvictionPolicy::Flru {
-            return Err(FieldError::new(
-                "eviction.flru_admission",
-                format!(
-                    "only the FLRU policy uses it (the policy is {})",
-                    self.eviction_policy.as_str()
-                ),
-            ));
         }
         for salt in self.quotas.0.keys() {
             if !salt.is_empty() {
