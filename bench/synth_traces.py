@@ -2,7 +2,7 @@
 """Writes three synthetic prefix-cache traces in the Mooncake JSONL format, for checking that an
 eviction policy tuned on one trace does not fall below LRU on other reuse patterns.
 
-    python3 bench/synth_traces.py OUT_DIR
+    python3 bench/synth_traces.py OUT_DIR [MOONCAKE_TRACE]
 
 - conv.jsonl:  multi-turn conversations. Each request either continues a recent conversation
   (its whole history plus 5 new blocks) or starts one (10 blocks); 70 % of requests stay open
@@ -13,6 +13,10 @@ eviction policy tuned on one trace does not fall below LRU on other reuse patter
   document plus 8 private blocks. Frequency is what predicts reuse here.
 
 Deterministic (fixed seeds); 6,000 requests each; `hash_ids` are block ids, 512 tokens per block.
+
+With MOONCAKE_TRACE (e.g. ../shared/traces/synthetic_trace.jsonl) it also writes
+- phases.jsonl: a workload that changes twice: that trace, then conv.jsonl, then that trace
+  again, each phase with block ids of its own. An adaptive policy must follow the changes.
 """
 import json
 import random
@@ -77,5 +81,25 @@ def main():
         print(f"{path}: 6000 requests")
 
 
+def phases(out_dir, mooncake):
+    first = [json.loads(line) for line in open(mooncake)]
+    conv_recs = [json.loads(line) for line in (out_dir / "conv.jsonl").open()]
+    path = out_dir / "phases.jsonl"
+    offset, t = 0, 0
+    with path.open("w") as f:
+        for recs in (first, conv_recs, first):
+            top = max(h for r in recs for h in r["hash_ids"]) + 1
+            t0 = t
+            for r in recs:
+                rec = dict(r, hash_ids=[h + offset for h in r["hash_ids"]],
+                           timestamp=t0 + r["timestamp"])
+                t = rec["timestamp"] + 1
+                f.write(json.dumps(rec) + "\n")
+            offset += top
+    print(path)
+
+
 if __name__ == "__main__":
     main()
+    if len(sys.argv) > 2:
+        phases(Path(sys.argv[1]), sys.argv[2])
