@@ -159,14 +159,10 @@ fn quota_set_get_rm_on_a_config_file() {
     assert!(err.contains("expected bytes"), "{err}");
 }
 
-/// `bench --trace --simulate --json`: one row per policy, capacity and Belady, LMCache's
-/// default named `LRU`; an adapter's own eviction settings add a `(configured)` row, and the
-/// bounds hold (no policy above Belady, Belady not above the infinite cache).
-#[test]
-fn simulate_rows_and_the_configured_policy() {
-    let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("t.jsonl");
-    // Four conversations of growing turns over shared system blocks 0 and 1, interleaved.
+/// Writes a trace of four conversations of growing turns over shared system blocks 0 and 1,
+/// interleaved: 24 requests, 216 blocks, 50 unique.
+fn conversations_trace(dir: &std::path::Path) -> std::path::PathBuf {
+    let trace = dir.join("t.jsonl");
     let mut lines = String::new();
     for turn in 1..=6u32 {
         for conv in 0..4u32 {
@@ -181,6 +177,61 @@ fn simulate_rows_and_the_configured_policy() {
         }
     }
     std::fs::write(&trace, lines).unwrap();
+    trace
+}
+
+/// `bench --trace` replays through the runtime (`memory`, LRU): the report's counts agree with
+/// the trace and with each other, the small tier evicts, and nothing fails.
+#[test]
+fn a_trace_replays_through_the_runtime() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = conversations_trace(dir.path());
+    let (code, out, err) = kvtier(&[
+        "bench",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--block-size",
+        "4KiB",
+        "--capacity-fraction",
+        "0.3",
+        "--l2-adapter",
+        r#"{"type": "memory", "eviction": {"eviction_policy": "LRU"}}"#,
+        "--json",
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let r: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
+    let n = |f: &str| r[f].as_u64().unwrap_or_else(|| panic!("{f}: {r}"));
+    let x = |f: &str| r[f].as_f64().unwrap_or_else(|| panic!("{f}: {r}"));
+    assert_eq!(
+        (n("requests"), n("blocks"), n("unique_blocks")),
+        (24, 216, 50)
+    );
+    assert_eq!(n("block_size"), 4096);
+    assert_eq!(n("capacity_bytes"), 15 * 4096, "30 % of 50 blocks");
+    assert_eq!(n("errors"), 0, "{r}");
+    assert_eq!(n("bytes_loaded"), n("prefix_hit_blocks") * 4096);
+    assert!(
+        n("prefix_hit_blocks") > 0 && n("prefix_hit_blocks") < 216,
+        "{r}"
+    );
+    assert!((x("block_hit_ratio") - n("prefix_hit_blocks") as f64 / 216.0).abs() < 1e-9);
+    assert!(
+        n("bytes_stored") >= 50 * 4096,
+        "every unique block is stored at least once"
+    );
+    assert!(n("evicted_keys") > 0 && n("eviction_rounds") > 0, "{r}");
+    // The tier went past the watermark (it evicted) and the report says how far it filled.
+    assert!(x("peak_usage_fraction") >= 0.8, "{r}");
+    assert_eq!(r["policies"], serde_json::json!(["LRU"]));
+}
+
+/// `bench --trace --simulate --json`: one row per policy, capacity and Belady, LMCache's
+/// default named `LRU`; an adapter's own eviction settings add a `(configured)` row, and the
+/// bounds hold (no policy above Belady, Belady not above the infinite cache).
+#[test]
+fn simulate_rows_and_the_configured_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = conversations_trace(dir.path());
     let t = trace.to_str().unwrap();
     let run = |extra: &[&str]| {
         let mut args = vec!["bench", "--trace", t, "--simulate", "--json"];

@@ -154,6 +154,10 @@ pub struct ReplayReport {
     pub evicted_keys: u64,
     /// Eviction rounds (all adapters).
     pub eviction_rounds: u64,
+    /// The highest usage seen after a request's store, as a fraction of the capacity (the
+    /// fullest adapter): above 1 when stores outran eviction, as a replay far faster than a
+    /// serving engine can make them.
+    pub peak_usage_fraction: f64,
     /// Failed stores and loads of found blocks.
     pub errors: u64,
     /// The block size in bytes and the capacity in bytes of each adapter.
@@ -174,6 +178,8 @@ struct Outcome {
     stored: u64,
     errors: u64,
     micros: u64,
+    /// Usage / capacity of the fullest adapter after this request's store.
+    usage_fraction: f64,
 }
 
 async fn one_request(tier: &Tier, r: &Request, block: &Bytes, block_size: usize) -> Outcome {
@@ -225,6 +231,9 @@ async fn one_request(tier: &Tier, r: &Request, block: &Bytes, block_size: usize)
         .collect();
     tier.unlock(locked);
     o.micros = started.elapsed().as_micros() as u64;
+    if let Ok(u) = tier.usage().await {
+        o.usage_fraction = u.adapters.iter().map(|a| a.fraction).fold(0.0, f64::max);
+    }
     o
 }
 
@@ -306,6 +315,7 @@ pub async fn replay(
         sum.loaded += o.loaded;
         sum.stored += o.stored;
         sum.errors += o.errors;
+        sum.usage_fraction = sum.usage_fraction.max(o.usage_fraction);
     }
     let ratio = |a: u64, b: u64| if b == 0 { 0.0 } else { a as f64 / b as f64 };
     Ok(ReplayReport {
@@ -325,6 +335,7 @@ pub async fn replay(
         p99_ms: hist.value_at_quantile(0.99) as f64 / 1000.0,
         evicted_keys: stats.iter().map(|(_, s)| s.evicted_keys).sum(),
         eviction_rounds: stats.iter().map(|(_, s)| s.rounds).sum(),
+        peak_usage_fraction: sum.usage_fraction,
         errors: sum.errors,
         block_size: opts.block_size,
         capacity_bytes,
@@ -356,8 +367,8 @@ pub fn print_replay(r: &ReplayReport) {
         r.elapsed_s, r.requests_per_s, r.gbps, r.p50_ms, r.p99_ms
     );
     println!(
-        "evicted {} keys in {} rounds, {} errors",
-        r.evicted_keys, r.eviction_rounds, r.errors
+        "evicted {} keys in {} rounds, peak usage {:.3} of the capacity, {} errors",
+        r.evicted_keys, r.eviction_rounds, r.peak_usage_fraction, r.errors
     );
 }
 
