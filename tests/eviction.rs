@@ -300,3 +300,45 @@ async fn flru_admission_keeps_a_hot_set_through_a_scan() {
         "hot-set hits: adaptive {adaptive}, lru {lru}"
     );
 }
+
+/// The rate modes of `FLRU`'s default admission reach the adapter. Every chunk is stored once
+/// and asked for once, 450 chunks (900 uses) later, in a tier of 1,024 chunks: FLRU's bonus keeps the
+/// chunks already asked for (which are dead) and pushes out those still waiting, so with the
+/// three placements alone (`placements`) many second uses miss; the default's high-prior
+/// rate mode ranks the waiting chunks above the dead ones and hits most of them.
+#[actix_rt::test]
+async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
+    use kvtier::actors::config::FlruAdmission;
+    let mut hits = Vec::new();
+    for admission in [None, Some(FlruAdmission::Placements)] {
+        let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
+        e.flru_admission = admission;
+        let tier = start(1024 * 100, e).await;
+        let mut n = 0;
+        for i in 0..6_000u32 {
+            let mut keys = vec![skey("", i)];
+            if i >= 450 {
+                let again = skey("", i - 450);
+                let found = tier.lookup_and_lock(vec![again.clone()]).await.unwrap();
+                if found.get(0) {
+                    n += 1;
+                    tier.unlock(vec![again]);
+                } else {
+                    keys.push(again);
+                }
+            }
+            let data = (0..keys.len() as u32)
+                .map(|j| payload(i + j, 100))
+                .collect();
+            tier.store(keys, data).await.unwrap();
+            tier.evictor().send(WhenIdle(0)).await.unwrap();
+        }
+        tier.shutdown();
+        hits.push(n);
+    }
+    let (adaptive, placements) = (hits[0], hits[1]);
+    assert!(
+        adaptive > placements + placements / 4,
+        "second-use hits of 5,550: adaptive {adaptive}, placements {placements}"
+    );
+}

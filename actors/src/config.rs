@@ -218,9 +218,12 @@ pub struct EvictionConfig {
 #[serde(rename_all = "lowercase")]
 pub enum FlruAdmission {
     /// Sampled shadow tiers choose, from recent hits, between placing new keys as LRU does,
-    /// one capacity earlier, or last (admission on the second use). The default.
+    /// one capacity earlier, or last (admission on the second use), and ordering the tier by
+    /// estimated request rates. The default.
     #[default]
     Adaptive,
+    /// The shadows choose between the three placements only (the default before rates).
+    Placements,
     /// Every new key is placed as LRU places it (FLRU before shadows).
     Lru,
 }

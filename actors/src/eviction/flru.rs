@@ -19,15 +19,37 @@
 //! for good only if it comes back while the history still remembers it (admission on the
 //! second use). Which one pays depends on the workload: on Mooncake's traces most new chunks
 //! are never used again and holding them costs the chunks that are; on multi-turn
-//! conversations a new turn is what the next turn needs. So the policy runs three *shadow
-//! tiers*, one per placement: each ranks the keys of one sixteenth of the key space (by
-//! digest, [`SHADOW_SAMPLE`]) in a tier of one sixteenth of the capacity, and counts its hits
-//! with a decay of [`SHADOW_HORIZON`] shadow capacities; new keys of the real tier are placed
-//! as LRU places them unless another shadow has [`SHADOW_MARGIN`] more recent hits than the LRU
-//! one, and then as the best shadow places them. `eviction.flru_admission =
-//! "lru"` turns this off. Sampled shadows estimate a tier's hit ratio well from a small share
-//! of its keys (the idea of SHARDS, Waldspurger et al., FAST '15); they cost three small
-//! rankings, not three tiers.
+//! conversations a new turn is what the next turn needs.
+//!
+//! **Rates.** Two more [`Mode`]s order the tier by a different score, computed when a round is
+//! planned (it changes with time, so it is not kept in a sorted map):
+//!
+//! ```text
+//! rate  = (uses − 1 + a) / (clock − first use + β × capacity)
+//! score = rate × exp(−(clock − last touch) × rate / k)
+//! ```
+//!
+//! `rate` is a key's uses per tick of clock over its whole life (first use from the history),
+//! with `a` uses credited before the first ([`RatePrior`]: [`RATE_PRIOR_USES_LOW`] or
+//! [`RATE_PRIOR_USES_HIGH`]) and [`RATE_PRIOR_CAPACITIES`] capacities added to its age so a
+//! young key's few uses do not make a high rate; the second factor lets a key go once it has
+//! been silent for about `k` ([`RATE_SILENCE`]) of the uses its rate expects. On Mooncake's
+//! synthetic trace, where documents are asked about again at rates that differ by document and
+//! drift over the trace, this keeps the popular documents of the moment better than FLRU's
+//! bonus; the low prior treats new keys as nearly dead (the trace's reality), the high prior
+//! as keys used a few times (workloads where every key comes back once). The real tier
+//! recomputes its rate order every [`RATE_REFRESH`] capacities of touches and between two
+//! computations offers none of the keys touched since.
+//!
+//! **Choosing.** The policy runs one *shadow tier* per mode ([`MODES`]: three placements, two
+//! priors): each ranks the keys of one sixteenth of the key space (by digest,
+//! [`SHADOW_SAMPLE`]) in a tier of one sixteenth of the capacity, and counts its hits with a
+//! decay of [`SHADOW_HORIZON`] shadow capacities; the tier runs in LRU placement unless another
+//! shadow has [`SHADOW_MARGIN`] more recent hits than the LRU one, and then in the mode of the
+//! best shadow. `eviction.flru_admission = "placements"` compares the three placements only
+//! (the policy before rates), `"lru"` turns shadows off. Sampled shadows estimate a tier's hit
+//! ratio well from a small share of its keys (the idea of SHARDS, Waldspurger et al., FAST
+//! '15); they cost five small rankings, not five tiers.
 //!
 //! Why this shape (measured on Mooncake's synthetic and conversation traces and on synthetic
 //! multi-turn, used-twice and Zipf workloads, see BENCHMARKS.md, "FLRU"):
@@ -45,7 +67,9 @@
 //!   classes first (evict every once-used key before any twice-used one) break this on
 //!   multi-turn conversations and fall far below LRU there; this one does not. A placement
 //!   applies to every new chunk of a batch alike, so it keeps the order along the chunks a
-//!   request stores.
+//!   request stores. The rate score does not guarantee this order (a young suffix can have a
+//!   higher rate than an old prefix); that is one reason the shadows, which count what each
+//!   order actually hits, decide when it is used.
 //!
 //! The bonus ([`BONUS_PER_USE`] by default, `eviction.flru_bonus_per_use`) trades the two
 //! kinds of workload: larger keeps more of the popular chunks of Mooncake's traces, smaller
@@ -54,8 +78,10 @@
 //! [`crate::config::FLRU_RATIO`] of the bytes) keep the tier full.
 //!
 //! Invariants: in every ranking (the tier's and each shadow's), every tracked key is in `order`
-//! exactly once, under the priority stored in `resident`; a key is in `resident` or in that
-//! ranking's history, never both; a history holds at most `2 × HISTORY_FACTOR × capacity` (at
+//! exactly once, under the priority stored in `resident`, whatever the mode (so a change of
+//! mode needs no rebuild); a key is in `resident` or in that ranking's history, never both;
+//! a key's first use is never after its last touch; the real tier's cached rate order is only
+//! read through `resident` (keys gone or touched since are skipped); a history holds at most `2 × HISTORY_FACTOR × capacity` (at
 //! least `2 × MIN_HISTORY`, scaled by the sample for a shadow) names; a shadow holds at most
 //! `max(1, capacity / SHADOW_SAMPLE)` keys, all with digests that are multiples of
 //! [`SHADOW_SAMPLE`].
@@ -63,8 +89,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasher, Hash};
 
-use super::EvictionPolicy;
+use super::{global_round, EvictionPolicy, Pressure, SizeBook};
 use crate::key::{BuildDigestHasher, ObjectKey};
+use crate::messages::EvictGroup;
 
 /// The default bonus of one use beyond the first, in capacities of clock (see the module
 /// docs; `eviction.flru_bonus_per_use` changes it).
@@ -110,28 +137,36 @@ const BASE: u64 = 1 << 56;
 /// which only shifts a priority.
 #[derive(Debug, Default)]
 pub struct History {
-    current: HashMap<u64, u8>,
-    previous: HashMap<u64, u8>,
+    current: HashMap<u64, Seen>,
+    previous: HashMap<u64, Seen>,
+}
+
+/// What the history remembers of a departed key.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    uses: u8,
+    /// Clock of its first known use.
+    first: u64,
 }
 
 impl History {
-    /// Takes the count of `digest` out of the history (0 if it is not there).
-    fn take(&mut self, digest: u64) -> u8 {
+    /// Takes what is remembered of `digest` out of the history.
+    fn take(&mut self, digest: u64) -> Option<Seen> {
         match self.current.remove(&digest) {
             Some(c) => {
                 self.previous.remove(&digest);
-                c
+                Some(c)
             }
-            None => self.previous.remove(&digest).unwrap_or(0),
+            None => self.previous.remove(&digest),
         }
     }
 
-    /// Remembers `count` for `digest`, rotating generations of at most `limit` names.
-    fn put(&mut self, digest: u64, count: u8, limit: usize) {
+    /// Remembers `seen` for `digest`, rotating generations of at most `limit` names.
+    fn put(&mut self, digest: u64, seen: Seen, limit: usize) {
         if self.current.len() >= limit {
             self.previous = std::mem::take(&mut self.current);
         }
-        self.current.insert(digest, count);
+        self.current.insert(digest, seen);
     }
 
     /// Names remembered.
@@ -157,14 +192,101 @@ pub enum Placement {
     Last,
 }
 
-/// The placements the shadows compare, in order of preference on a tie.
-pub const PLACEMENTS: [Placement; 3] = [Placement::Recent, Placement::Demoted, Placement::Last];
+/// What orders a tier (the real one or a shadow).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// FLRU's priority, new keys placed so.
+    Flru(Placement),
+    /// The estimated request rate, discounted by silence (module docs, "Rates"); new keys are
+    /// placed as LRU places them in the FLRU order kept beside it.
+    Rates(RatePrior),
+}
+
+/// The uses a key is credited with before its first in `Rates` mode (`a` in the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RatePrior {
+    /// [`RATE_PRIOR_USES_LOW`]: a new key ranks far below a key used twice.
+    Low,
+    /// [`RATE_PRIOR_USES_HIGH`]: a new key ranks as a key used a few times.
+    High,
+}
+
+impl RatePrior {
+    /// The prior in uses.
+    pub fn uses(self) -> f64 {
+        match self {
+            RatePrior::Low => RATE_PRIOR_USES_LOW,
+            RatePrior::High => RATE_PRIOR_USES_HIGH,
+        }
+    }
+}
+
+impl Mode {
+    /// Where a new key goes in the FLRU order.
+    fn placement(self) -> Placement {
+        match self {
+            Mode::Flru(p) => p,
+            Mode::Rates(_) => Placement::Recent,
+        }
+    }
+}
+
+/// The modes the shadows compare with `eviction.flru_admission = "adaptive"`, in order of
+/// preference on a tie (the first, LRU placement, is the baseline the others need a margin
+/// over).
+pub const MODES: [Mode; 5] = [
+    Mode::Flru(Placement::Recent),
+    Mode::Flru(Placement::Demoted),
+    Mode::Flru(Placement::Last),
+    Mode::Rates(RatePrior::Low),
+    Mode::Rates(RatePrior::High),
+];
+
+/// The modes with `eviction.flru_admission = "placements"`: the three placements, no rates.
+pub const PLACEMENT_MODES: [Mode; 3] = [
+    Mode::Flru(Placement::Recent),
+    Mode::Flru(Placement::Demoted),
+    Mode::Flru(Placement::Last),
+];
+
+/// `Rates`: the low prior ([`RatePrior::Low`]).
+pub const RATE_PRIOR_USES_LOW: f64 = 0.1;
+
+/// `Rates`: the high prior ([`RatePrior::High`]).
+pub const RATE_PRIOR_USES_HIGH: f64 = 3.0;
+
+/// `Rates`: capacities of clock added to a key's age in its rate (`β` in the module docs), so a
+/// young key's few uses do not make a high rate.
+pub const RATE_PRIOR_CAPACITIES: f64 = 2.0;
+
+/// `Rates`: how many expected uses a key may miss before its score has fallen by `1/e` (`k` in
+/// the module docs).
+pub const RATE_SILENCE: f64 = 0.7;
+
+/// `Rates`: the real tier's rate order is recomputed once this share of a capacity of touches
+/// has passed since the last one (keys touched since are not offered until then).
+pub const RATE_REFRESH: f64 = 1.0 / 64.0;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// The key's place in `order`: (priority, clock of its last touch as tie-break).
     slot: (u64, u64),
     uses: u8,
+    /// Clock of the key's first known use (kept through the history).
+    first: u64,
+}
+
+impl Entry {
+    /// The key's estimated request rate now, discounted by its silence (module docs, "Rates"):
+    /// the lower, the sooner it goes.
+    fn rate_score(&self, clock: u64, capacity: usize, prior: f64) -> f64 {
+        let capacity = capacity.max(1) as f64 * TICK as f64;
+        let since_first = clock.saturating_sub(self.first) as f64;
+        let since_last = clock.saturating_sub(self.slot.1) as f64;
+        let rate =
+            (f64::from(self.uses) - 1.0 + prior) / (since_first + RATE_PRIOR_CAPACITIES * capacity);
+        rate * (-since_last * rate / RATE_SILENCE).exp()
+    }
 }
 
 /// The order of one set of keys (the tier's, or a shadow's): priorities, use counts and the
@@ -208,12 +330,15 @@ impl<K: Clone + Eq + Hash> Ranking<K> {
     /// count. Returns whether the key was tracked (a hit).
     fn touch(&mut self, key: &K, t: Touch) -> bool {
         self.clock += TICK;
-        let (uses, hit) = match self.resident.get(key) {
+        let (uses, first, hit) = match self.resident.get(key) {
             Some(e) => {
                 self.order.remove(&e.slot);
-                (e.uses.saturating_add(1), true)
+                (e.uses.saturating_add(1), e.first, true)
             }
-            None if t.admit => (self.history.take(t.digest).saturating_add(1), false),
+            None if t.admit => match self.history.take(t.digest) {
+                Some(seen) => (seen.uses.saturating_add(1), seen.first, false),
+                None => (1, self.clock, false),
+            },
             None => return false,
         };
         let capacity = t.capacity.max(1) as f64 * TICK as f64;
@@ -232,8 +357,22 @@ impl<K: Clone + Eq + Hash> Ranking<K> {
         };
         let slot = (priority, self.clock);
         self.order.insert(slot, key.clone());
-        self.resident.insert(key.clone(), Entry { slot, uses });
+        self.resident
+            .insert(key.clone(), Entry { slot, uses, first });
         hit
+    }
+
+    /// The tracked keys by [`Entry::rate_score`] now, lowest first (older last touch first on
+    /// a tie).
+    fn by_rate(&self, capacity: usize, prior: RatePrior) -> Vec<(f64, u64, &K)> {
+        let prior = prior.uses();
+        let mut v: Vec<(f64, u64, &K)> = self
+            .resident
+            .iter()
+            .map(|(k, e)| (e.rate_score(self.clock, capacity, prior), e.slot.1, k))
+            .collect();
+        v.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        v
     }
 
     /// `key` (with this digest) left: its use count goes to the history, of at most `limit`
@@ -241,108 +380,158 @@ impl<K: Clone + Eq + Hash> Ranking<K> {
     fn remove(&mut self, key: &K, digest: u64, limit: usize) {
         if let Some(e) = self.resident.remove(key) {
             self.order.remove(&e.slot);
-            self.history.put(digest, e.uses, limit);
+            let seen = Seen {
+                uses: e.uses,
+                first: e.first,
+            };
+            self.history.put(digest, seen, limit);
         }
     }
 }
 
-/// A shadow tier: the sampled keys' digests ranked with one placement, and its recent hits.
+/// A shadow tier: the sampled keys' digests ranked in one mode, and its recent hits.
 #[derive(Debug)]
 struct Shadow {
     ranking: Ranking<u64>,
-    placement: Placement,
+    mode: Mode,
     /// Hits, decayed per sampled use (see [`SHADOW_HORIZON`]).
     score: f64,
 }
 
-/// The shadows of a tier, one per entry of [`PLACEMENTS`].
+impl Shadow {
+    /// Evicts down to `cap` keys: the first of the FLRU order, or in `Rates` mode the lowest
+    /// rates, `cap / 128` more at a time so the ranking is not recomputed on every miss.
+    fn evict(&mut self, cap: usize, capacity: usize, limit: usize) {
+        if self.ranking.resident.len() <= cap {
+            return;
+        }
+        match self.mode {
+            Mode::Flru(_) => {
+                while self.ranking.resident.len() > cap {
+                    let Some(d) = self.ranking.order.first_key_value().map(|(_, d)| *d) else {
+                        break;
+                    };
+                    self.ranking.remove(&d, d, limit);
+                }
+            }
+            Mode::Rates(prior) => {
+                let extra = self.ranking.resident.len() - cap + cap / 128;
+                let gone: Vec<u64> = self
+                    .ranking
+                    .by_rate(capacity, prior)
+                    .into_iter()
+                    .take(extra)
+                    .map(|(_, _, d)| *d)
+                    .collect();
+                for d in gone {
+                    self.ranking.remove(&d, d, limit);
+                }
+            }
+        }
+    }
+}
+
+/// The shadows of a tier, one per mode compared.
 #[derive(Debug)]
-struct Shadows(Vec<Shadow>);
+struct Shadows {
+    shadows: Vec<Shadow>,
+}
 
 impl Shadows {
-    fn new() -> Self {
-        Self(
-            PLACEMENTS
+    fn new(modes: &[Mode]) -> Self {
+        Self {
+            shadows: modes
                 .iter()
-                .map(|p| Shadow {
+                .map(|m| Shadow {
                     ranking: Ranking::default(),
-                    placement: *p,
+                    mode: *m,
                     score: 0.0,
                 })
                 .collect(),
-        )
+        }
     }
 
-    /// One use (store or lookup hit of the tier) of the key with this digest, the tier being
-    /// `capacity` keys: a sampled key is a use of every shadow, which stores it on a miss and
-    /// evicts down to its capacity.
-    fn touch(&mut self, digest: u64, capacity: usize, bonus_per_use: f64) {
-        if digest % SHADOW_SAMPLE != 0 {
-            return;
-        }
+    /// One batch of the tier's events (a lookup's hits, or a store, in request order), by key
+    /// digest, the tier being `capacity` keys: a sampled key is a use of every shadow, which
+    /// counts a hit if it holds the key, stores it on a miss and evicts down to its capacity.
+    fn batch(&mut self, digests: &[u64], capacity: usize, bonus_per_use: f64) {
         let cap = (capacity / SHADOW_SAMPLE as usize).max(1);
         let keep = 1.0 - 1.0 / (SHADOW_HORIZON * cap as f64);
         let limit = (HISTORY_FACTOR * cap).max(MIN_HISTORY / SHADOW_SAMPLE as usize);
-        for s in &mut self.0 {
-            let t = Touch {
-                digest,
-                admit: true,
-                capacity: cap,
-                bonus_per_use,
-                placement: s.placement,
-            };
-            let hit = s.ranking.touch(&digest, t);
-            s.score = s.score * keep + if hit { 1.0 } else { 0.0 };
-            while s.ranking.resident.len() > cap {
-                let Some((_, d)) = s.ranking.order.first_key_value().map(|(k, d)| (*k, *d)) else {
-                    break;
+        for d in digests.iter().rev().filter(|d| *d % SHADOW_SAMPLE == 0) {
+            for s in &mut self.shadows {
+                let t = Touch {
+                    digest: *d,
+                    admit: true,
+                    capacity: cap,
+                    bonus_per_use,
+                    placement: s.mode.placement(),
                 };
-                s.ranking.remove(&d, d, limit);
+                let hit = s.ranking.touch(d, t);
+                s.score = s.score * keep + if hit { 1.0 } else { 0.0 };
+                s.evict(cap, cap, limit);
             }
         }
     }
 
     /// LRU placement (the first shadow's) unless another shadow has more than
     /// `1 + SHADOW_MARGIN` times its recent hits; then the one of those with the most.
-    fn best(&self) -> Placement {
-        let (lru, others) = self.0.split_first().expect("one shadow per placement");
+    fn best(&self) -> Mode {
+        let (lru, others) = self.shadows.split_first().expect("one shadow per mode");
         let mut best = lru;
         for s in others {
             if s.score > lru.score * (1.0 + SHADOW_MARGIN) && s.score > best.score {
                 best = s;
             }
         }
-        best.placement
+        best.mode
     }
 }
 
+/// The real tier's rate order, as of one clock (see [`RATE_REFRESH`]).
+#[derive(Debug, Default)]
+struct RateOrder {
+    at: u64,
+    prior: Option<RatePrior>,
+    keys: Vec<ObjectKey>,
+}
+
 /// The FLRU policy. Its settings are the bonus per use (`eviction.flru_bonus_per_use`) and
-/// whether shadows choose where new keys go (`eviction.flru_admission`).
+/// which modes shadows choose from (`eviction.flru_admission`).
 pub struct Flru {
     ranking: Ranking<ObjectKey>,
     shadows: Option<Shadows>,
     capacity: usize,
     hasher: BuildDigestHasher,
     bonus_per_use: f64,
+    /// The mode without shadows.
+    fixed: Mode,
+    rate_order: RateOrder,
 }
 
 impl Default for Flru {
     fn default() -> Self {
-        Self::new(BONUS_PER_USE, true)
+        Self::new(BONUS_PER_USE, &MODES)
     }
 }
 
 impl Flru {
     /// A policy whose keys gain `bonus_per_use` capacities of clock per use beyond the first
-    /// (0: plain LRU order); with `adaptive`, new keys are placed where the shadows find the
-    /// most hits, without, always at their touch.
-    pub fn new(bonus_per_use: f64, adaptive: bool) -> Self {
+    /// (0: plain LRU order), in the mode whose shadow finds the most hits among `modes` (its
+    /// first is the baseline). With one mode there are no shadows and that mode is always in
+    /// force; with none, [`Mode::Flru`] with [`Placement::Recent`].
+    pub fn new(bonus_per_use: f64, modes: &[Mode]) -> Self {
         Self {
             ranking: Ranking::default(),
-            shadows: adaptive.then(Shadows::new),
+            shadows: (modes.len() > 1).then(|| Shadows::new(modes)),
             capacity: 0,
             hasher: BuildDigestHasher::default(),
             bonus_per_use,
+            fixed: modes
+                .first()
+                .copied()
+                .unwrap_or(Mode::Flru(Placement::Recent)),
+            rate_order: RateOrder::default(),
         }
     }
 
@@ -356,19 +545,29 @@ impl Flru {
         self.ranking.resident.get(key).map(|e| e.uses)
     }
 
-    /// Where keys stored for the first time go now.
-    pub fn placement(&self) -> Placement {
-        self.shadows
-            .as_ref()
-            .map_or(Placement::Recent, Shadows::best)
+    /// The mode in force: what orders the tier and where new keys go.
+    pub fn mode(&self) -> Mode {
+        self.shadows.as_ref().map_or(self.fixed, Shadows::best)
     }
 
-    fn touch(&mut self, key: &ObjectKey, admit: bool) {
-        let digest = self.hasher.hash_one(key);
+    /// Where keys stored for the first time go now in the FLRU order.
+    pub fn placement(&self) -> Placement {
+        self.mode().placement()
+    }
+
+    /// One batch of events (`lookup`: hits, else a store), in request order.
+    fn batch(&mut self, keys: &[ObjectKey], lookup: bool) {
         let placement = self.placement();
+        let digests: Vec<u64> = keys.iter().map(|k| self.hasher.hash_one(k)).collect();
         if let Some(s) = &mut self.shadows {
-            s.touch(digest, self.capacity, self.bonus_per_use);
+            s.batch(&digests, self.capacity, self.bonus_per_use);
         }
+        for (key, digest) in keys.iter().zip(&digests).rev() {
+            self.touch(key, *digest, !lookup, placement);
+        }
+    }
+
+    fn touch(&mut self, key: &ObjectKey, digest: u64, admit: bool, placement: Placement) {
         let t = Touch {
             digest,
             admit,
@@ -378,6 +577,32 @@ impl Flru {
         };
         self.ranking.touch(key, t);
     }
+
+    /// The `Rates` candidates of a round: the cached rate order less the keys gone or touched
+    /// since it was computed.
+    fn rate_candidates(&self) -> impl Iterator<Item = &ObjectKey> + '_ {
+        let at = self.rate_order.at;
+        self.rate_order.keys.iter().filter(move |k| {
+            self.ranking
+                .resident
+                .get(*k)
+                .is_some_and(|e| e.slot.1 <= at)
+        })
+    }
+
+    fn refresh_rate_order(&mut self, prior: RatePrior) {
+        let keys = self
+            .ranking
+            .by_rate(self.capacity, prior)
+            .into_iter()
+            .map(|(_, _, k)| k.clone())
+            .collect();
+        self.rate_order = RateOrder {
+            at: self.ranking.clock,
+            prior: Some(prior),
+            keys,
+        };
+    }
 }
 
 impl EvictionPolicy for Flru {
@@ -386,16 +611,12 @@ impl EvictionPolicy for Flru {
     }
 
     fn on_stored(&mut self, keys: &[ObjectKey]) {
-        for key in keys.iter().rev() {
-            self.touch(key, true);
-        }
+        self.batch(keys, false);
         self.capacity = self.capacity.max(self.ranking.resident.len());
     }
 
     fn on_accessed(&mut self, keys: &[ObjectKey]) {
-        for key in keys.iter().rev() {
-            self.touch(key, false);
-        }
+        self.batch(keys, true);
     }
 
     fn on_removed(&mut self, keys: &[ObjectKey]) {
@@ -407,7 +628,40 @@ impl EvictionPolicy for Flru {
     }
 
     fn victims(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_> {
-        Box::new(self.ranking.order.values())
+        match self.mode() {
+            Mode::Flru(_) => Box::new(self.ranking.order.values()),
+            Mode::Rates(prior) => Box::new(
+                self.ranking
+                    .by_rate(self.capacity, prior)
+                    .into_iter()
+                    .map(|(_, _, k)| k),
+            ),
+        }
+    }
+
+    /// LMCache's watermark rule over [`victims`](Self::victims), except that in `Rates` mode
+    /// the rate order is recomputed only every [`RATE_REFRESH`] capacities of touches (or when
+    /// nothing of it is left to offer), not on every plan.
+    fn plan(&mut self, pressure: &Pressure<'_>, book: &SizeBook) -> Vec<EvictGroup> {
+        if !pressure.over_watermark() {
+            return Vec::new();
+        }
+        let Mode::Rates(prior) = self.mode() else {
+            return global_round(self.ranking.order.values(), self.len(), pressure, book);
+        };
+        let period = (self.capacity.max(1) as f64 * TICK as f64 * RATE_REFRESH) as u64;
+        if self.ranking.clock.saturating_sub(self.rate_order.at) >= period
+            || self.rate_order.keys.is_empty()
+            || self.rate_order.prior != Some(prior)
+        {
+            self.refresh_rate_order(prior);
+        }
+        let groups = global_round(self.rate_candidates(), self.len(), pressure, book);
+        if !groups.is_empty() {
+            return groups;
+        }
+        self.refresh_rate_order(prior);
+        global_round(self.rate_candidates(), self.len(), pressure, book)
     }
 
     fn len(&self) -> usize {
@@ -439,7 +693,7 @@ mod tests {
     /// Keys 0..8 stored one by one, key 0 hit, key 8 stored, with this bonus: the last two
     /// keys of the order.
     fn last_two_after_a_hit(bonus: f64) -> Vec<ObjectKey> {
-        let mut p = Flru::new(bonus, false);
+        let mut p = Flru::new(bonus, &MODES[..1]);
         for i in 0..8 {
             p.on_stored(&[key(i)]);
         }
@@ -537,12 +791,13 @@ mod tests {
 
     #[test]
     fn shadows_place_new_keys_last_when_they_are_never_reused_and_back_when_they_are() {
-        // A tier of 1024 keys, so the shadows hold 64 sampled keys each. Against a scan of keys
-        // used once, LRU placement loses the hot set; the shadows see it and place new keys
-        // last, and the hot set is hit. Then a workload of keys reused once, half a tier
-        // later, where a key placed last is gone before its reuse: back to LRU placement.
-        let mut adaptive = Flru::default();
-        let mut lru = Flru::new(BONUS_PER_USE, false);
+        // The three placements alone (`flru_admission = "placements"`). A tier of 1024 keys,
+        // so the shadows hold 64 sampled keys each. Against a scan of keys used once, LRU
+        // placement loses the hot set; the shadows see it and place new keys last, and the hot
+        // set is hit. Then a workload of keys reused once, half a tier later, where a key
+        // placed last is gone before its reuse: back to LRU placement.
+        let mut adaptive = Flru::new(BONUS_PER_USE, &PLACEMENT_MODES);
+        let mut lru = Flru::new(BONUS_PER_USE, &MODES[..1]);
         let a = drive(&mut adaptive, 1024, hot_and_scan(8));
         let l = drive(&mut lru, 1024, hot_and_scan(8));
         assert_eq!(adaptive.placement(), Placement::Last);
@@ -553,19 +808,122 @@ mod tests {
         assert!(twice > 15_000, "{twice} of 19,744 reuses hit");
     }
 
+    /// Keys used twice, the second use 450 keys (900 touches) after the first, in a tier of
+    /// 1,024 keys. FLRU's bonus keeps the keys already used twice (dead here) and pushes out
+    /// the ones still waiting for their second use (741 of 19,550 reuses hit with the
+    /// placements alone); the high rate prior ranks the waiting ones above them.
     #[test]
-    fn another_placement_needs_a_margin_over_lru_placement() {
-        let mut s = Shadows::new();
-        let mut with = |scores: [f64; 3]| {
-            for (shadow, score) in s.0.iter_mut().zip(scores) {
+    fn rate_shadows_follow_a_workload_where_every_key_is_used_twice() {
+        let (capacity, gap) = (1024, 450);
+        let mut adaptive = Flru::default();
+        let mut placements = Flru::new(BONUS_PER_USE, &PLACEMENT_MODES);
+        let a = drive(&mut adaptive, capacity, used_twice_after(20_000, gap));
+        let p = drive(&mut placements, capacity, used_twice_after(20_000, gap));
+        assert_eq!(adaptive.mode(), Mode::Rates(RatePrior::High));
+        assert!(a > p + p / 4, "rates {a} hits, placements {p}");
+    }
+
+    /// Each key stored once and looked up once, `gap` keys later.
+    fn used_twice_after(n: u32, gap: u32) -> impl Iterator<Item = Vec<u32>> {
+        (0..n).flat_map(move |i| {
+            let mut r = vec![vec![3_000_000 + i]];
+            if i >= gap {
+                r.push(vec![3_000_000 + i - gap]);
+            }
+            r
+        })
+    }
+
+    #[test]
+    fn rates_rank_by_uses_over_age_and_let_a_silent_key_go() {
+        // A tier of 100 keys; one capacity is 100 touches of clock.
+        let (capacity, c) = (100, 100 * TICK);
+        let now = 10 * c;
+        let entry = |uses, first, last| Entry {
+            slot: (0, last),
+            uses,
+            first,
+        };
+        let hot = entry(5, 0, now);
+        let new = entry(1, now, now);
+        let silent = entry(5, 0, 0);
+        let low = |e: &Entry| e.rate_score(now, capacity, RATE_PRIOR_USES_LOW);
+        let high = |e: &Entry| e.rate_score(now, capacity, RATE_PRIOR_USES_HIGH);
+        // Low prior: a key used 5 times over 10 capacities outranks a new key, which outranks
+        // a key used as often but silent for 10 capacities (about 4.9 expected uses missed).
+        assert!(low(&hot) > low(&new));
+        assert!(low(&new) > low(&silent));
+        // High prior: the new key counts as used 3 times in a young life, above the hot key.
+        assert!(high(&new) > high(&hot));
+        // The score only falls with silence and rises with uses.
+        assert!(low(&entry(5, 0, now / 2)) < low(&hot));
+        assert!(low(&entry(6, 0, now)) > low(&hot));
+    }
+
+    #[test]
+    fn a_rates_round_offers_the_lowest_rates_and_not_keys_touched_since_its_order() {
+        use crate::config::{EvictionConfig, EvictionPolicy as Name};
+        let mut p = Flru::new(0.0, &[Mode::Rates(RatePrior::Low)]);
+        let mut book = SizeBook::default();
+        // Key 0 is used four times, keys 1..640 once, oldest first. A capacity of 640 keys
+        // recomputes the order every 10 touches.
+        for i in 0..640 {
+            p.on_stored(&[key(i)]);
+            book.insert(&key(i), 10);
+            if i < 3 {
+                p.on_accessed(&[key(0)]);
+            }
+        }
+        assert_eq!(p.mode(), Mode::Rates(RatePrior::Low));
+        let order = order(&p);
+        assert_eq!(order.last(), Some(&key(0)));
+        assert_eq!(order.first(), Some(&key(1)));
+        let config = EvictionConfig::with_policy(Name::Flru);
+        let full = Pressure {
+            used_bytes: 6400,
+            capacity_bytes: 6400,
+            config: &config,
+        };
+        assert_eq!(p.plan(&full, &book)[0].candidates[0], key(1));
+        // Key 1 is used now: until the order is recomputed it is not offered at all.
+        p.on_accessed(&[key(1)]);
+        let groups = p.plan(&full, &book);
+        assert_eq!(groups[0].candidates[0], key(2));
+        assert!(!groups[0].candidates.contains(&key(1)));
+        assert!(groups[0].candidates.contains(&key(0)));
+        let under = Pressure {
+            used_bytes: 10,
+            ..full
+        };
+        assert!(p.plan(&under, &book).is_empty());
+    }
+
+    #[test]
+    fn another_mode_needs_a_margin_over_lru_placement() {
+        let mut s = Shadows::new(&MODES);
+        let mut with = |scores: [f64; 5]| {
+            for (shadow, score) in s.shadows.iter_mut().zip(scores) {
                 shadow.score = score;
             }
             s.best()
         };
-        assert_eq!(with([0.0, 0.0, 0.0]), Placement::Recent);
-        assert_eq!(with([100.0, 90.0, 104.0]), Placement::Recent);
-        assert_eq!(with([100.0, 90.0, 106.0]), Placement::Last);
-        assert_eq!(with([100.0, 110.0, 106.0]), Placement::Demoted);
+        assert_eq!(with([0.0; 5]), Mode::Flru(Placement::Recent));
+        assert_eq!(
+            with([100.0, 90.0, 104.0, 104.9, 0.0]),
+            Mode::Flru(Placement::Recent)
+        );
+        assert_eq!(
+            with([100.0, 90.0, 106.0, 0.0, 0.0]),
+            Mode::Flru(Placement::Last)
+        );
+        assert_eq!(
+            with([100.0, 110.0, 106.0, 0.0, 0.0]),
+            Mode::Flru(Placement::Demoted)
+        );
+        assert_eq!(
+            with([100.0, 110.0, 106.0, 111.0, 120.0]),
+            Mode::Rates(RatePrior::High)
+        );
     }
 
     #[test]

@@ -254,7 +254,11 @@ pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
         PolicyName::Slru => Box::new(slru::Slru::default()),
         PolicyName::Flru => Box::new(flru::Flru::new(
             config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
-            config.flru_admission.unwrap_or_default() == FlruAdmission::Adaptive,
+            match config.flru_admission.unwrap_or_default() {
+                FlruAdmission::Adaptive => &flru::MODES,
+                FlruAdmission::Placements => &flru::PLACEMENT_MODES,
+                FlruAdmission::Lru => &flru::MODES[..1],
+            },
         )),
         PolicyName::Noop => Box::new(noop::Noop),
     }
