@@ -79,11 +79,12 @@
 //!
 //! Invariants: in every ranking (the tier's and each shadow's), every tracked key is in `order`
 //! exactly once, under the priority stored in `resident`, whatever the mode (so a change of
-//! mode needs no rebuild); a key is in `resident` or in that ranking's history, never both;
-//! a key's first use is never after its last touch; the real tier's cached rate order is only
-//! read through `resident` (keys gone or touched since are skipped); a history holds at most `2 × HISTORY_FACTOR × capacity` (at
-//! least `2 × MIN_HISTORY`, scaled by the sample for a shadow) names; a shadow holds at most
-//! `max(1, capacity / SHADOW_SAMPLE)` keys, all with digests that are multiples of
+//! mode needs no rebuild); a key is in `resident` or in that ranking's history, never both; a
+//! key's first use is never after its last touch; the real tier's cached rate order is only
+//! read through `resident` (keys gone, or touched since it was computed, are skipped); a
+//! history holds at most `2 × HISTORY_FACTOR × capacity` (at least `2 × MIN_HISTORY`, scaled
+//! by the sample for a shadow) names; a shadow holds at most `max(1, capacity /
+//! SHADOW_SAMPLE)` keys after each use, all with digests that are multiples of
 //! [`SHADOW_SAMPLE`].
 
 use std::collections::{BTreeMap, HashMap};
@@ -267,6 +268,11 @@ pub const RATE_SILENCE: f64 = 0.7;
 /// has passed since the last one (keys touched since are not offered until then).
 pub const RATE_REFRESH: f64 = 1.0 / 64.0;
 
+/// `Rates`: the real tier's rate order holds the lowest `capacity / 16` keys and this many
+/// more (four times what one refresh period evicts, plus two rounds' spares for locked keys);
+/// when a round finds none of them left to offer, the order is recomputed.
+pub const RATE_ORDER_EXTRA: usize = 2 * super::EXTRA_CANDIDATES;
+
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     /// The key's place in `order`: (priority, clock of its last touch as tie-break).
@@ -362,16 +368,22 @@ impl<K: Clone + Eq + Hash> Ranking<K> {
         hit
     }
 
-    /// The tracked keys by [`Entry::rate_score`] now, lowest first (older last touch first on
-    /// a tie).
-    fn by_rate(&self, capacity: usize, prior: RatePrior) -> Vec<(f64, u64, &K)> {
+    /// The `first` tracked keys with the lowest [`Entry::rate_score`] now, lowest first (older
+    /// last touch first on a tie): a linear selection, then a sort of those only.
+    fn by_rate(&self, capacity: usize, prior: RatePrior, first: usize) -> Vec<(f64, u64, &K)> {
         let prior = prior.uses();
         let mut v: Vec<(f64, u64, &K)> = self
             .resident
             .iter()
             .map(|(k, e)| (e.rate_score(self.clock, capacity, prior), e.slot.1, k))
             .collect();
-        v.sort_unstable_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let order =
+            |a: &(f64, u64, &K), b: &(f64, u64, &K)| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1));
+        if first < v.len() {
+            v.select_nth_unstable_by(first, order);
+            v.truncate(first);
+        }
+        v.sort_unstable_by(order);
         v
     }
 
@@ -418,9 +430,8 @@ impl Shadow {
                 let extra = self.ranking.resident.len() - cap + cap / 128;
                 let gone: Vec<u64> = self
                     .ranking
-                    .by_rate(capacity, prior)
+                    .by_rate(capacity, prior, extra)
                     .into_iter()
-                    .take(extra)
                     .map(|(_, _, d)| *d)
                     .collect();
                 for d in gone {
@@ -593,7 +604,7 @@ impl Flru {
     fn refresh_rate_order(&mut self, prior: RatePrior) {
         let keys = self
             .ranking
-            .by_rate(self.capacity, prior)
+            .by_rate(self.capacity, prior, RATE_ORDER_EXTRA + self.capacity / 16)
             .into_iter()
             .map(|(_, _, k)| k.clone())
             .collect();
@@ -632,7 +643,7 @@ impl EvictionPolicy for Flru {
             Mode::Flru(_) => Box::new(self.ranking.order.values()),
             Mode::Rates(prior) => Box::new(
                 self.ranking
-                    .by_rate(self.capacity, prior)
+                    .by_rate(self.capacity, prior, usize::MAX)
                     .into_iter()
                     .map(|(_, _, k)| k),
             ),
