@@ -4,7 +4,7 @@
 //! time through [`SetQuota`]), and eviction by bytes. Settled states are awaited with
 //! [`WhenIdle`], never with sleeps.
 
-use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, GIB};
+use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, FlruAdmission, GIB};
 use kvtier::actors::eviction::{GetQuotas, QuotaError, SetQuota, WhenIdle};
 use kvtier::{AdapterConfig, ObjectKey, Tier, TierConfig};
 
@@ -257,6 +257,13 @@ async fn the_flru_bonus_is_the_configured_one() {
     }
 }
 
+/// An `FLRU` tier of 1,024 chunks of 100 bytes with this admission.
+async fn flru_tier(admission: Option<FlruAdmission>) -> Tier {
+    let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
+    e.flru_admission = admission;
+    start(1024 * 100, e).await
+}
+
 /// `flru_admission` reaches the adapter's `FLRU`. A hot set of 64 chunks, each request one
 /// of them and 64 chunks never seen again, in a tier of 1,024 chunks: with the default
 /// (`adaptive`), the shadows place the new chunks last and the hot set is hit from its third
@@ -264,12 +271,9 @@ async fn the_flru_bonus_is_the_configured_one() {
 /// until its use count has grown.
 #[actix_rt::test]
 async fn flru_admission_keeps_a_hot_set_through_a_scan() {
-    use kvtier::actors::config::FlruAdmission;
     let mut hits = Vec::new();
     for admission in [None, Some(FlruAdmission::Lru)] {
-        let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
-        e.flru_admission = admission;
-        let tier = start(1024 * 100, e).await;
+        let tier = flru_tier(admission).await;
         let mut fresh = 1_000_000;
         let mut n = 0;
         for _pass in 0..8 {
@@ -302,18 +306,15 @@ async fn flru_admission_keeps_a_hot_set_through_a_scan() {
 }
 
 /// The rate modes of `FLRU`'s default admission reach the adapter. Every chunk is stored once
-/// and asked for once, 450 chunks (900 uses) later, in a tier of 1,024 chunks: FLRU's bonus keeps the
-/// chunks already asked for (which are dead) and pushes out those still waiting, so with the
-/// three placements alone (`placements`) many second uses miss; the default's high-prior
-/// rate mode ranks the waiting chunks above the dead ones and hits most of them.
+/// and asked for once, 450 chunks (900 uses) later, in a tier of 1,024 chunks: FLRU's bonus
+/// keeps the chunks already asked for (which are dead) and pushes out those still waiting, so
+/// with the three placements alone (`placements`) many second uses miss; the default's
+/// high-prior rate mode ranks the waiting chunks above the dead ones and hits most of them.
 #[actix_rt::test]
 async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
-    use kvtier::actors::config::FlruAdmission;
     let mut hits = Vec::new();
     for admission in [None, Some(FlruAdmission::Placements)] {
-        let mut e = EvictionConfig::with_policy(EvictionPolicy::Flru);
-        e.flru_admission = admission;
-        let tier = start(1024 * 100, e).await;
+        let tier = flru_tier(admission).await;
         let mut n = 0;
         for i in 0..6_000u32 {
             let mut keys = vec![skey("", i)];

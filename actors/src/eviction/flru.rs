@@ -918,23 +918,17 @@ mod tests {
             }
             s.best()
         };
-        assert_eq!(with([0.0; 5]), Mode::Flru(Placement::Recent));
-        assert_eq!(
-            with([100.0, 90.0, 104.0, 104.9, 0.0]),
-            Mode::Flru(Placement::Recent)
-        );
-        assert_eq!(
-            with([100.0, 90.0, 106.0, 0.0, 0.0]),
-            Mode::Flru(Placement::Last)
-        );
-        assert_eq!(
-            with([100.0, 110.0, 106.0, 0.0, 0.0]),
-            Mode::Flru(Placement::Demoted)
-        );
-        assert_eq!(
-            with([100.0, 110.0, 106.0, 111.0, 120.0]),
-            Mode::Rates(RatePrior::High)
-        );
+        let (recent, last) = (Mode::Flru(Placement::Recent), Mode::Flru(Placement::Last));
+        let (demoted, high) = (Mode::Flru(Placement::Demoted), Mode::Rates(RatePrior::High));
+        for (scores, want) in [
+            ([0.0; 5], recent),
+            ([100.0, 90.0, 104.0, 104.9, 0.0], recent),
+            ([100.0, 90.0, 106.0, 0.0, 0.0], last),
+            ([100.0, 110.0, 106.0, 0.0, 0.0], demoted),
+            ([100.0, 110.0, 106.0, 111.0, 120.0], high),
+        ] {
+            assert_eq!(with(scores), want, "{scores:?}");
+        }
     }
 
     #[test]
