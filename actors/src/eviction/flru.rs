@@ -887,6 +887,9 @@ mod tests {
         }
         assert_eq!(p.mode(), Mode::Rates(RatePrior::Low));
         let order = order(&p);
+        // Every tracked key once, as the trait's invariant asks of `victims`.
+        let distinct: std::collections::HashSet<_> = order.iter().collect();
+        assert_eq!((order.len(), distinct.len()), (640, 640));
         assert_eq!(order.last(), Some(&key(0)));
         assert_eq!(order.first(), Some(&key(1)));
         let config = EvictionConfig::with_policy(Name::Flru);
