@@ -207,13 +207,14 @@ pub struct EvictionConfig {
     /// `FLRU` an LRU that runs the tier nearly full.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flru_bonus_per_use: Option<f64>,
-    /// `FLRU` only: where keys stored for the first time go (see
-    /// [`crate::eviction::flru`], "Admission"). `None`: [`FlruAdmission::Adaptive`].
+    /// `FLRU` only: which modes its shadows choose from (see [`crate::eviction::flru`],
+    /// "Admission", "Rates" and "Choosing"). `None`: [`FlruAdmission::Adaptive`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flru_admission: Option<FlruAdmission>,
 }
 
-/// `eviction.flru_admission`: how `FLRU` places a key stored for the first time.
+/// `eviction.flru_admission`: how `FLRU` chooses its mode: what orders the tier and where a key
+/// stored for the first time goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum FlruAdmission {
@@ -573,6 +574,7 @@ mod tests {
         );
         for (text, want) in [
             ("lru", FlruAdmission::Lru),
+            ("placements", FlruAdmission::Placements),
             ("adaptive", FlruAdmission::Adaptive),
         ] {
             let c = parse(&format!(
