@@ -128,6 +128,11 @@ pub const SHADOW_MARGIN: f64 = 0.05;
 /// a tick still counts).
 const TICK: u64 = 1024;
 
+/// A capacity of `capacity` keys (at least 1) in priority units of clock.
+fn in_clock(capacity: usize) -> f64 {
+    capacity.max(1) as f64 * TICK as f64
+}
+
 /// Priorities of keys placed at their touch or demoted start here, so a demoted key never
 /// goes below 0 and keys placed last (their clock only) stay below all of them.
 const BASE: u64 = 1 << 56;
@@ -244,11 +249,7 @@ pub const MODES: [Mode; 5] = [
 ];
 
 /// The modes with `eviction.flru_admission = "placements"`: the three placements, no rates.
-pub const PLACEMENT_MODES: [Mode; 3] = [
-    Mode::Flru(Placement::Recent),
-    Mode::Flru(Placement::Demoted),
-    Mode::Flru(Placement::Last),
-];
+pub const PLACEMENT_MODES: [Mode; 3] = [MODES[0], MODES[1], MODES[2]];
 
 /// `Rates`: the low prior ([`RatePrior::Low`]).
 pub const RATE_PRIOR_USES_LOW: f64 = 0.1;
@@ -286,7 +287,7 @@ impl Entry {
     /// The key's estimated request rate now, discounted by its silence (module docs, "Rates"):
     /// the lower, the sooner it goes.
     fn rate_score(&self, clock: u64, capacity: usize, prior: f64) -> f64 {
-        let capacity = capacity.max(1) as f64 * TICK as f64;
+        let capacity = in_clock(capacity);
         let since_first = clock.saturating_sub(self.first) as f64;
         let since_last = clock.saturating_sub(self.slot.1) as f64;
         let rate =
@@ -347,7 +348,7 @@ impl<K: Clone + Eq + Hash> Ranking<K> {
             },
             None => return false,
         };
-        let capacity = t.capacity.max(1) as f64 * TICK as f64;
+        let capacity = in_clock(t.capacity);
         let placement = if uses > 1 {
             Placement::Recent
         } else {
@@ -413,7 +414,7 @@ struct Shadow {
 impl Shadow {
     /// Evicts down to `cap` keys: the first of the FLRU order, or in `Rates` mode the lowest
     /// rates, `cap / 128` more at a time so the ranking is not recomputed on every miss.
-    fn evict(&mut self, cap: usize, capacity: usize, limit: usize) {
+    fn evict(&mut self, cap: usize, limit: usize) {
         if self.ranking.resident.len() <= cap {
             return;
         }
@@ -430,7 +431,7 @@ impl Shadow {
                 let extra = self.ranking.resident.len() - cap + cap / 128;
                 let gone: Vec<u64> = self
                     .ranking
-                    .by_rate(capacity, prior, extra)
+                    .by_rate(cap, prior, extra)
                     .into_iter()
                     .map(|(_, _, d)| *d)
                     .collect();
@@ -444,14 +445,12 @@ impl Shadow {
 
 /// The shadows of a tier, one per mode compared.
 #[derive(Debug)]
-struct Shadows {
-    shadows: Vec<Shadow>,
-}
+struct Shadows(Vec<Shadow>);
 
 impl Shadows {
     fn new(modes: &[Mode]) -> Self {
-        Self {
-            shadows: modes
+        Self(
+            modes
                 .iter()
                 .map(|m| Shadow {
                     ranking: Ranking::default(),
@@ -459,36 +458,37 @@ impl Shadows {
                     score: 0.0,
                 })
                 .collect(),
-        }
+        )
     }
 
-    /// One batch of the tier's events (a lookup's hits, or a store, in request order), by key
-    /// digest, the tier being `capacity` keys: a sampled key is a use of every shadow, which
-    /// counts a hit if it holds the key, stores it on a miss and evicts down to its capacity.
-    fn batch(&mut self, digests: &[u64], capacity: usize, bonus_per_use: f64) {
+    /// One use (store or lookup hit of the tier) of the key with this digest, the tier being
+    /// `capacity` keys: a sampled key is a use of every shadow, which counts a hit if it holds
+    /// the key, stores it on a miss and evicts down to its capacity.
+    fn touch(&mut self, digest: u64, capacity: usize, bonus_per_use: f64) {
+        if digest % SHADOW_SAMPLE != 0 {
+            return;
+        }
         let cap = (capacity / SHADOW_SAMPLE as usize).max(1);
         let keep = 1.0 - 1.0 / (SHADOW_HORIZON * cap as f64);
         let limit = (HISTORY_FACTOR * cap).max(MIN_HISTORY / SHADOW_SAMPLE as usize);
-        for d in digests.iter().rev().filter(|d| *d % SHADOW_SAMPLE == 0) {
-            for s in &mut self.shadows {
-                let t = Touch {
-                    digest: *d,
-                    admit: true,
-                    capacity: cap,
-                    bonus_per_use,
-                    placement: s.mode.placement(),
-                };
-                let hit = s.ranking.touch(d, t);
-                s.score = s.score * keep + if hit { 1.0 } else { 0.0 };
-                s.evict(cap, cap, limit);
-            }
+        for s in &mut self.0 {
+            let t = Touch {
+                digest,
+                admit: true,
+                capacity: cap,
+                bonus_per_use,
+                placement: s.mode.placement(),
+            };
+            let hit = s.ranking.touch(&digest, t);
+            s.score = s.score * keep + if hit { 1.0 } else { 0.0 };
+            s.evict(cap, limit);
         }
     }
 
     /// LRU placement (the first shadow's) unless another shadow has more than
     /// `1 + SHADOW_MARGIN` times its recent hits; then the one of those with the most.
     fn best(&self) -> Mode {
-        let (lru, others) = self.shadows.split_first().expect("one shadow per mode");
+        let (lru, others) = self.0.split_first().expect("one shadow per mode");
         let mut best = lru;
         for s in others {
             if s.score > lru.score * (1.0 + SHADOW_MARGIN) && s.score > best.score {
@@ -566,27 +566,24 @@ impl Flru {
         self.mode().placement()
     }
 
-    /// One batch of events (`lookup`: hits, else a store), in request order.
-    fn batch(&mut self, keys: &[ObjectKey], lookup: bool) {
+    /// One batch of events (`admit`: a store, else lookup hits), in request order, touched
+    /// last first; new keys of the batch all get the placement in force at its start.
+    fn batch(&mut self, keys: &[ObjectKey], admit: bool) {
         let placement = self.placement();
-        let digests: Vec<u64> = keys.iter().map(|k| self.hasher.hash_one(k)).collect();
-        if let Some(s) = &mut self.shadows {
-            s.batch(&digests, self.capacity, self.bonus_per_use);
+        for key in keys.iter().rev() {
+            let digest = self.hasher.hash_one(key);
+            if let Some(s) = &mut self.shadows {
+                s.touch(digest, self.capacity, self.bonus_per_use);
+            }
+            let t = Touch {
+                digest,
+                admit,
+                capacity: self.capacity,
+                bonus_per_use: self.bonus_per_use,
+                placement,
+            };
+            self.ranking.touch(key, t);
         }
-        for (key, digest) in keys.iter().zip(&digests).rev() {
-            self.touch(key, *digest, !lookup, placement);
-        }
-    }
-
-    fn touch(&mut self, key: &ObjectKey, digest: u64, admit: bool, placement: Placement) {
-        let t = Touch {
-            digest,
-            admit,
-            capacity: self.capacity,
-            bonus_per_use: self.bonus_per_use,
-            placement,
-        };
-        self.ranking.touch(key, t);
     }
 
     /// The `Rates` candidates of a round: the cached rate order less the keys gone or touched
@@ -622,12 +619,12 @@ impl EvictionPolicy for Flru {
     }
 
     fn on_stored(&mut self, keys: &[ObjectKey]) {
-        self.batch(keys, false);
+        self.batch(keys, true);
         self.capacity = self.capacity.max(self.ranking.resident.len());
     }
 
     fn on_accessed(&mut self, keys: &[ObjectKey]) {
-        self.batch(keys, true);
+        self.batch(keys, false);
     }
 
     fn on_removed(&mut self, keys: &[ObjectKey]) {
@@ -660,7 +657,7 @@ impl EvictionPolicy for Flru {
         let Mode::Rates(prior) = self.mode() else {
             return global_round(self.ranking.order.values(), self.len(), pressure, book);
         };
-        let period = (self.capacity.max(1) as f64 * TICK as f64 * RATE_REFRESH) as u64;
+        let period = (in_clock(self.capacity) * RATE_REFRESH) as u64;
         if self.ranking.clock.saturating_sub(self.rate_order.at) >= period
             || self.rate_order.keys.is_empty()
             || self.rate_order.prior != Some(prior)
@@ -916,7 +913,7 @@ mod tests {
     fn another_mode_needs_a_margin_over_lru_placement() {
         let mut s = Shadows::new(&MODES);
         let mut with = |scores: [f64; 5]| {
-            for (shadow, score) in s.shadows.iter_mut().zip(scores) {
+            for (shadow, score) in s.0.iter_mut().zip(scores) {
                 shadow.score = score;
             }
             s.best()
