@@ -44,6 +44,9 @@ from sklearn.ensemble import HistGradientBoostingClassifier
 
 from rate_scores import lmcache_lru, load
 
+MODES = ("alive", "hindsight", "online", "scale-free")
+
+
 class Trace:
     """Requests as dense block ids, each block's chain depth and chain head."""
 
@@ -95,12 +98,18 @@ class State:
         return np.stack(cols, 1)
 
 
+def sample(st, rng):
+    """A 5 % sample of the blocks seen so far: the training rows taken every 4 requests."""
+    b = np.nonzero(st.uses > 0)[0]
+    return b[rng.random(len(b)) < 0.05]
+
+
 def fit(x, y):
     return HistGradientBoostingClassifier(max_iter=100, max_leaf_nodes=15).fit(x, y)
 
 
 def replay(t, cap, horizon, mode, rng):
-    """Block hit ratio of the tier scored by `mode`'s classifier."""
+    """Block hit ratio of the tier scored by `mode` (one of MODES)."""
     scale_free = mode == "scale-free"
     model = hindsight_model(t, cap, horizon, rng) if mode == "hindsight" else None
     alive = continuation(t) if mode == "alive" else None
@@ -119,8 +128,7 @@ def replay(t, cap, horizon, mode, rng):
                 xs.append(x)
                 ys.append(st.uses[b] > u0)
             if i % 4 == 0:
-                b = np.nonzero(st.uses > 0)[0]
-                b = b[rng.random(len(b)) < 0.05]
+                b = sample(st, rng)
                 pending.append((i, b, st.features(t, b, i + 1, cap, scale_free), st.uses[b].copy()))
             if i % 400 == 0 and ys and np.concatenate(ys).sum() > 50:
                 model = fit(np.concatenate(xs), np.concatenate(ys))
@@ -171,8 +179,7 @@ def hindsight_model(t, cap, horizon, rng):
     for i, r in enumerate(t.reqs):
         st.touch_request(i, r)
         if i % 4 == 0:
-            b = np.nonzero(st.uses > 0)[0]
-            b = b[rng.random(len(b)) < 0.05]
+            b = sample(st, rng)
             nxt = np.array([nxt_use(uses_at[x], i) for x in b])
             xs.append(st.features(t, b, i + 1, cap, False))
             ys.append(nxt - i <= horizon)
@@ -203,7 +210,10 @@ def equal_hazard(t):
 def main():
     path = sys.argv[1] if len(sys.argv) > 1 else "../shared/traces/synthetic_trace.jsonl"
     frac = float(sys.argv[2]) if len(sys.argv) > 2 else 0.05
-    modes = sys.argv[3:] or ["alive", "hindsight", "online", "scale-free"]
+    modes = sys.argv[3:] or list(MODES)
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        sys.exit("learned_policy.py: unknown fit %s (one of: %s)" % (", ".join(unknown), ", ".join(MODES)))
     reqs = load(path)
     t = Trace(reqs)
     equal_hazard(t)
