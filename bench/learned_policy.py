@@ -105,7 +105,9 @@ def sample(st, rng):
 
 
 def fit(x, y):
-    return HistGradientBoostingClassifier(max_iter=100, max_leaf_nodes=15).fit(x, y)
+    # random_state: the early-stopping split is random otherwise, and so are the results.
+    model = HistGradientBoostingClassifier(max_iter=100, max_leaf_nodes=15, random_state=0)
+    return model.fit(x, y)
 
 
 def replay(t, cap, horizon, mode, rng):
@@ -213,7 +215,8 @@ def main():
     modes = sys.argv[3:] or list(MODES)
     unknown = [m for m in modes if m not in MODES]
     if unknown:
-        sys.exit("learned_policy.py: unknown fit %s (one of: %s)" % (", ".join(unknown), ", ".join(MODES)))
+        sys.exit("learned_policy.py: unknown fit %s (one of: %s)"
+                 % (", ".join(unknown), ", ".join(MODES)))
     reqs = load(path)
     t = Trace(reqs)
     equal_hazard(t)
