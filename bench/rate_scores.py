@@ -21,6 +21,7 @@ Needs numpy. About 2 minutes on the synthetic trace.
 import collections
 import json
 import sys
+import zlib
 
 import numpy as np
 
@@ -49,11 +50,17 @@ def lmcache_lru(reqs, cap):
     return hits / total
 
 
-def replay(reqs, cap, score, score_from=0):
-    """Block hit ratio of requests from `score_from` on, for score(state, resident, cap, now)."""
+def replay(reqs, cap, score, score_from=0, share=1.0):
+    """Block hit ratio of requests from `score_from` on, for score(state, resident, cap, now, i).
+
+    `share` < 1 admits a request's never-seen blocks only for that share of requests, chosen
+    by a hash of the first never-seen block (so a branch is admitted or refused as a whole);
+    blocks seen before are always admitted. `st["flen"]` is the length of the request a block
+    first came in.
+    """
     ids = {}
     n_blocks = sum(len(r) for r in reqs)
-    st = {k: np.zeros(n_blocks) for k in ("uses", "first", "last", "first_req", "last_req")}
+    st = {k: np.zeros(n_blocks) for k in ("uses", "first", "last", "first_req", "last_req", "flen")}
     resident = np.zeros(n_blocks, bool)
     hits = total = n_res = clock = 0
     for i, r in enumerate(reqs):
@@ -63,13 +70,16 @@ def replay(reqs, cap, score, score_from=0):
             p += 1
         if i >= score_from:
             hits, total = hits + p, total + len(idx)
+        fresh = [j for j, b in enumerate(idx) if st["uses"][b] == 0]
+        admit_new = not fresh or zlib.crc32(str(r[fresh[0]]).encode()) < share * 2**32
         for b in reversed(idx):
             clock += 1
-            if st["uses"][b] == 0:
-                st["first"][b], st["first_req"][b] = clock, i
+            new = st["uses"][b] == 0
+            if new:
+                st["first"][b], st["first_req"][b], st["flen"][b] = clock, i, len(idx)
             st["uses"][b] += 1
             st["last"][b], st["last_req"][b] = clock, i
-            if not resident[b]:
+            if not resident[b] and (admit_new or not new):
                 resident[b] = True
                 n_res += 1
         if n_res > cap:
@@ -101,8 +111,16 @@ def log2_bin(x):
     return np.minimum(np.floor(np.log2(x + 1)), 12).astype(int)
 
 
-def hazard_table(reqs, window, upto):
-    """P(used again within `window` requests | uses, silence, age), from requests < upto."""
+def length_class(n):
+    """The request length classes: up to 3 blocks, 4-15, 16-63, 64 and more."""
+    return np.digitize(n, [4, 16, 64])
+
+
+def hazard_table(reqs, window, upto, by_length=False):
+    """P(used again within `window` requests | uses, silence, age), from requests < upto.
+
+    With `by_length`, also by the length class of the request a block first came in.
+    """
     ids = {}
     idx = [[ids.setdefault(h, len(ids)) for h in r] for r in reqs]
     uses_at = collections.defaultdict(list)
@@ -111,26 +129,27 @@ def hazard_table(reqs, window, upto):
             uses_at[b].append(i)
     n = len(ids)
     ptr, uses = np.zeros(n, int), np.zeros(n)
-    first, last, nxt = np.full(n, -1.0), np.zeros(n), np.full(n, 1e9)
-    hit, seen = np.zeros((17, 13, 13)), np.zeros((17, 13, 13))
+    first, last, nxt, flen = np.full(n, -1.0), np.zeros(n), np.full(n, 1e9), np.zeros(n)
+    hit, seen = np.zeros((17, 13, 13, 4)), np.zeros((17, 13, 13, 4))
     for i, r in enumerate(idx[:upto]):
         for b in set(r):
             uses[b] += 1
             last[b] = i
             if first[b] < 0:
-                first[b] = i
+                first[b], flen[b] = i, len(r)
             ptr[b] += 1
             nxt[b] = uses_at[b][ptr[b]] if ptr[b] < len(uses_at[b]) else 1e9
         if i % 5 == 0:
             s = np.nonzero(uses > 0)[0]
-            cell = (np.minimum(uses[s], 16).astype(int), log2_bin(i - last[s]), log2_bin(i - first[s]))
+            cell = (np.minimum(uses[s], 16).astype(int), log2_bin(i - last[s]), log2_bin(i - first[s]),
+                    length_class(flen[s]) * by_length)
             np.add.at(seen, cell, 1)
             np.add.at(hit, cell, (nxt[s] - i) <= window)
     table = (hit + 1) / (seen + 20)
 
     def score(st, r, cap, now, i):
         cell = (np.minimum(st["uses"][r], 16).astype(int), log2_bin(i - st["last_req"][r]),
-                log2_bin(i - st["first_req"][r]))
+                log2_bin(i - st["first_req"][r]), length_class(st["flen"][r]) * by_length)
         return table[cell] + st["last"][r] * 1e-12
     return score
 
