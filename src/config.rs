@@ -128,8 +128,9 @@ pub enum AdapterSpec {
 ///
 /// The wrapped adapter (`inner`) is parsed with the same strict rules as a top-level adapter
 /// (errors name `inner.<field>`), and may itself be a `fault_inject`. It must not set the
-/// common fields (`max_capacity_gb`, `eviction`, `object_name_format`): the `fault_inject`
-/// adapter's own apply, to the accounting and to the wrapped store's object names.
+/// common fields (`name`, `max_capacity_gb`, `eviction`, `object_name_format`): the
+/// `fault_inject` adapter's own apply, to its identity, the accounting and the wrapped store's
+/// object names.
 #[derive(Debug, Clone, PartialEq)]
 #[non_exhaustive]
 pub struct FaultInjectSpec {
@@ -553,7 +554,7 @@ fn parse_inner(index: usize, inner: Option<Value>) -> Result<AdapterConfig, Conf
     if let Some(f) = CommonConfig::FIELDS.iter().find(|f| obj.contains_key(**f)) {
         return Err(err(
             format!("inner.{f}"),
-            "set it on the fault_inject adapter itself, whose capacity, eviction and \
+            "set it on the fault_inject adapter itself, whose name, capacity, eviction and \
              object_name_format apply to the wrapped store"
                 .into(),
         ));

@@ -421,7 +421,12 @@ fn fault_inject_errors_name_the_field() {
         (
             r#"{"type": "fault_inject", "inner": {"type": "memory", "max_capacity_gb": 1}}"#,
             "inner.max_capacity_gb",
-            "set it on the fault_inject adapter itself, whose capacity, eviction and object_name_format apply to the wrapped store",
+            "set it on the fault_inject adapter itself, whose name, capacity, eviction and object_name_format apply to the wrapped store",
+        ),
+        (
+            r#"{"type": "fault_inject", "inner": {"type": "memory", "name": "x"}}"#,
+            "inner.name",
+            "set it on the fault_inject adapter itself, whose name, capacity, eviction and object_name_format apply to the wrapped store",
         ),
         (
             r#"{"type": "fault_inject", "inner": {"type": "fault_inject", "inner": {"type": "fs", "base_path": "/x", "fsync": "yes"}}}"#,
