@@ -225,6 +225,34 @@ fn a_trace_replays_through_the_runtime() {
     assert_eq!(r["policies"], serde_json::json!(["LRU"]));
 }
 
+/// A replay whose store cannot be opened is a runtime failure (exit 1, as the README's table
+/// says), not a usage error; a bad flag is still exit 2.
+#[test]
+fn a_replay_on_a_store_that_cannot_open_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = conversations_trace(dir.path());
+    let t = trace.to_str().unwrap();
+    let file = dir.path().join("not-a-dir");
+    std::fs::write(&file, b"x").unwrap();
+    let adapter = format!(
+        r#"{{"type": "fs", "base_path": {:?}}}"#,
+        file.to_str().unwrap()
+    );
+    let (code, _, err) = kvtier(&[
+        "bench",
+        "--trace",
+        t,
+        "--block-size",
+        "4KiB",
+        "--l2-adapter",
+        &adapter,
+    ]);
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains("not-a-dir"), "the error names the path: {err}");
+    let (code, _, err) = kvtier(&["bench", "--trace", t, "--block-size", "lots"]);
+    assert_eq!(code, 2, "{err}");
+}
+
 /// `bench --trace --simulate --json`: one row per policy, capacity and Belady, LMCache's
 /// default named `LRU`; an adapter's own eviction settings add a `(configured)` row, and the
 /// bounds hold (no policy above Belady, Belady not above the infinite cache).
@@ -284,4 +312,24 @@ fn simulate_rows_and_the_configured_policy() {
         r#"{"type": "memory", "eviction": {"eviction_policy": "FLRU"}}"#,
     ]);
     assert_eq!(same.len(), rows.len());
+    // The text table: every column fits its name, so the rows line up with the header.
+    let (code, out, err) = kvtier(&[
+        "bench",
+        "--trace",
+        t,
+        "--simulate",
+        "--capacity-fraction",
+        "0.005",
+        "--l2-adapter",
+        r#"{"type": "memory", "eviction": {"eviction_policy": "FLRU", "flru_admission": "rates"}}"#,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    let header = lines
+        .iter()
+        .position(|l| l.starts_with("block hit ratio"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(lines[header].contains("  FLRU (configured)"), "{out}");
+    assert!(lines[header + 1].starts_with("0.5 % "), "{out}");
+    assert_eq!(lines[header].len(), lines[header + 1].len(), "{out}");
 }

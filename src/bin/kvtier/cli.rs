@@ -1,4 +1,4 @@
-//! The `kvtier` command line: `bench`, `check-config`, `ls`, `usage`, `status`.
+//! The `kvtier` command line: `bench`, `check-config`, `ls`, `usage`, `status`, `top`, `quota`.
 //!
 //! Exit codes: 0 success; 1 a runtime failure (a store could not be opened, the bench found
 //! errors or wrong bytes); 2 a configuration or usage error.

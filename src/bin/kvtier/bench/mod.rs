@@ -176,8 +176,16 @@ pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
         time_scale: args.time_scale,
         concurrency: args.concurrency.max(1),
     };
+    // From here on a failure is the store's (it could not be opened, say), not the command
+    // line's: exit code 1, as the other bench runs.
     let report =
-        actix::System::new().block_on(async { trace::replay(config, &trace, opts).await })?;
+        match actix::System::new().block_on(async { trace::replay(config, &trace, opts).await }) {
+            Ok(r) => r,
+            Err(msg) => {
+                eprintln!("error: {msg}");
+                return Ok(EXIT_FAILURE);
+            }
+        };
     if args.json {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {

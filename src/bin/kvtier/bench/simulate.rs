@@ -246,15 +246,18 @@ pub fn print_rows(rows: &[SimRow]) {
             caps.push(r.capacity_fraction);
         }
     }
+    // A column is as wide as its name plus two (at least 12), so `POLICY (configured)` fits.
+    let widths: Vec<usize> = policies.iter().map(|p| (p.len() + 2).max(12)).collect();
     for (title, tokens) in [("block hit ratio", false), ("token hit ratio", true)] {
         print!("{title:<16}");
-        for p in &policies {
-            print!("{p:>12}");
+        for (p, w) in policies.iter().zip(&widths) {
+            print!("{p:>w$}");
         }
         println!();
         for c in &caps {
-            print!("{:<16}", format!("{:.0} %", c * 100.0));
-            for p in &policies {
+            // 2 %, 0.5 %: percent to one decimal, without a trailing `.0`.
+            print!("{:<16}", format!("{} %", (c * 1000.0).round() / 10.0));
+            for (p, w) in policies.iter().zip(&widths) {
                 let v = rows
                     .iter()
                     .find(|r| r.policy == *p && r.capacity_fraction == *c)
@@ -266,8 +269,8 @@ pub fn print_rows(rows: &[SimRow]) {
                         }
                     });
                 match v {
-                    Some(v) => print!("{v:>12.3}"),
-                    None => print!("{:>12}", "-"),
+                    Some(v) => print!("{v:>w$.3}"),
+                    None => print!("{:>w$}", "-"),
                 }
             }
             println!();
