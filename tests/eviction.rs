@@ -272,7 +272,7 @@ async fn flru_tier(admission: Option<FlruAdmission>) -> Tier {
 #[actix_rt::test]
 async fn flru_admission_keeps_a_hot_set_through_a_scan() {
     let mut hits = Vec::new();
-    for admission in [None, Some(FlruAdmission::Lru)] {
+    for admission in [None, Some(FlruAdmission::Lru), Some(FlruAdmission::Rates)] {
         let tier = flru_tier(admission).await;
         let mut fresh = 1_000_000;
         let mut n = 0;
@@ -298,10 +298,15 @@ async fn flru_admission_keeps_a_hot_set_through_a_scan() {
         tier.shutdown();
         hits.push(n);
     }
-    let (adaptive, lru) = (hits[0], hits[1]);
+    let (adaptive, lru, rates) = (hits[0], hits[1], hits[2]);
     assert!(
         adaptive >= 5 * 64 && adaptive > 2 * lru,
         "hot-set hits: adaptive {adaptive}, lru {lru}"
+    );
+    // The fixed rate mode credits a new chunk with 0.1 uses: the scan ranks below the hot set.
+    assert!(
+        rates >= 5 * 64 && rates > 2 * lru,
+        "hot-set hits: rates {rates}, lru {lru}"
     );
 }
 
@@ -310,10 +315,16 @@ async fn flru_admission_keeps_a_hot_set_through_a_scan() {
 /// keeps the chunks already asked for (which are dead) and pushes out those still waiting, so
 /// with the three placements alone (`placements`) many second uses miss; the default's
 /// high-prior rate mode ranks the waiting chunks above the dead ones and hits most of them.
+/// `rates` is the low-prior rate mode alone, without shadows: it cannot switch to the high
+/// prior, and misses more second uses than the default.
 #[actix_rt::test]
 async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
     let mut hits = Vec::new();
-    for admission in [None, Some(FlruAdmission::Placements)] {
+    for admission in [
+        None,
+        Some(FlruAdmission::Placements),
+        Some(FlruAdmission::Rates),
+    ] {
         let tier = flru_tier(admission).await;
         let mut n = 0;
         for i in 0..6_000u32 {
@@ -337,9 +348,13 @@ async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
         tier.shutdown();
         hits.push(n);
     }
-    let (adaptive, placements) = (hits[0], hits[1]);
+    let (adaptive, placements, rates) = (hits[0], hits[1], hits[2]);
     assert!(
         adaptive > placements + placements / 4,
         "second-use hits of 5,550: adaptive {adaptive}, placements {placements}"
+    );
+    assert!(
+        adaptive > rates + rates / 4,
+        "second-use hits of 5,550: adaptive {adaptive}, rates {rates}"
     );
 }

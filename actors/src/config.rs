@@ -227,6 +227,11 @@ pub enum FlruAdmission {
     Placements,
     /// Every new key is placed as LRU places it (FLRU before shadows).
     Lru,
+    /// No shadows: the tier is always ordered by estimated request rates with the low credit
+    /// for new keys. For workloads where new chunks seldom return and the shadows' margin keeps
+    /// the adaptive mode in LRU placement (Mooncake's synthetic trace at 5 %); far below LRU
+    /// where every chunk comes back once (BENCHMARKS.md, "A fixed rate mode").
+    Rates,
 }
 
 /// The largest `flru_bonus_per_use`: beyond it a key used a few times would outlive the tier's
@@ -576,6 +581,7 @@ mod tests {
             ("lru", FlruAdmission::Lru),
             ("placements", FlruAdmission::Placements),
             ("adaptive", FlruAdmission::Adaptive),
+            ("rates", FlruAdmission::Rates),
         ] {
             let c = parse(&format!(
                 r#"{{"eviction_policy": "FLRU", "flru_admission": "{text}"}}"#

@@ -47,7 +47,10 @@
 //! decay of [`SHADOW_HORIZON`] shadow capacities; the tier runs in LRU placement unless another
 //! shadow has [`SHADOW_MARGIN`] more recent hits than the LRU one, and then in the mode of the
 //! best shadow. `eviction.flru_admission = "placements"` compares the three placements only
-//! (the policy before rates), `"lru"` turns shadows off. Sampled shadows estimate a tier's hit
+//! (the policy before rates), `"lru"` turns shadows off, and `"rates"` ([`RATE_LOW_MODE`])
+//! keeps the low-prior rate order without shadows, for a user whose trace says it pays (the
+//! margin keeps the adaptive choice in LRU placement where the rate order leads by less than
+//! [`SHADOW_MARGIN`]). Sampled shadows estimate a tier's hit
 //! ratio well from a small share of its keys (the idea of SHARDS, Waldspurger et al., FAST
 //! '15); they cost five small rankings, not five tiers.
 //!
@@ -250,6 +253,9 @@ pub const MODES: [Mode; 5] = [
 
 /// The modes with `eviction.flru_admission = "placements"`: the three placements, no rates.
 pub const PLACEMENT_MODES: [Mode; 3] = [MODES[0], MODES[1], MODES[2]];
+
+/// The rate order with the low prior alone, without shadows (`flru_admission = "rates"`).
+pub const RATE_LOW_MODE: [Mode; 1] = [MODES[3]];
 
 /// `Rates`: the low prior ([`RatePrior::Low`]).
 pub const RATE_PRIOR_USES_LOW: f64 = 0.1;

@@ -258,6 +258,7 @@ pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
                 FlruAdmission::Adaptive => &flru::MODES,
                 FlruAdmission::Placements => &flru::PLACEMENT_MODES,
                 FlruAdmission::Lru => &flru::MODES[..1],
+                FlruAdmission::Rates => &flru::RATE_LOW_MODE,
             },
         )),
         PolicyName::Noop => Box::new(noop::Noop),
