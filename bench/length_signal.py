@@ -31,7 +31,7 @@ import sys
 
 import numpy as np
 
-from rate_scores import hazard_table, length_class, lmcache_lru, load, lru, rate, replay
+from rate_scores import hazard_table, length_class, lmcache_lru, lru, rate, replay, trace_from_argv
 
 WINDOW = 300
 
@@ -95,11 +95,8 @@ def unfinished_score(reqs, by_length):
 
 
 def main():
-    path = sys.argv[1] if len(sys.argv) > 1 else "../shared/traces/synthetic_trace.jsonl"
     fractions = [float(f) for f in (sys.argv[2] if len(sys.argv) > 2 else "0.02,0.05,0.1,0.2").split(",")]
-    reqs = load(path)
-    unique = len({h for r in reqs for h in r})
-    half = len(reqs) // 2
+    reqs, unique, half = trace_from_argv()
     print("block hit ratio (x LMCache's LRU 0.8/0.2); last two: second half (x exact LRU there)")
     for f in fractions:
         cap = int(unique * f)

@@ -154,11 +154,16 @@ def hazard_table(reqs, window, upto, by_length=False):
     return score
 
 
-def main():
+def trace_from_argv():
+    """The trace named by the first argument (default: the shared synthetic trace): its
+    requests, its number of unique blocks, and the index of its second half's first request."""
     path = sys.argv[1] if len(sys.argv) > 1 else "../shared/traces/synthetic_trace.jsonl"
     reqs = load(path)
-    unique = len({h for r in reqs for h in r})
-    half = len(reqs) // 2
+    return reqs, len({h for r in reqs for h in r}), len(reqs) // 2
+
+
+def main():
+    reqs, unique, half = trace_from_argv()
     print("whole trace, block hit ratio (x LMCache's LRU 0.8/0.2)")
     for f in FRACTIONS:
         cap = int(unique * f)
