@@ -1,7 +1,8 @@
 //! Invariants under random operations (proptest), against `memory`, `fs`, and `fault_inject`
 //! wrapping `memory` with nonzero error rates, with the `LRU` policy; and against `memory` with
-//! every other policy that evicts (`ARC` and `SLRU` with byte budgets, `IsolatedLRU` with
-//! quotas), so the lock invariant holds whatever a policy offers.
+//! every other policy that evicts (`ARC`, `SLRU` and `FLRU` with byte budgets, `FLRU` in each
+//! of its `flru_admission` modes, `IsolatedLRU` with quotas), so the lock invariant holds
+//! whatever a policy offers.
 //!
 //! Each case starts a real [`Tier`] (controller, backend actor, eviction actor) with a small
 //! capacity so eviction runs all the time, and drives it with a random sequence of store,
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 use bytes::{Bytes, BytesMut};
 use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
 use kvtier::actors::backends::memory::MemoryConfig;
-use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, GIB};
+use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, FlruAdmission, GIB};
 use kvtier::actors::eviction::GetLruOrder;
 use kvtier::actors::ListKeys;
 use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
@@ -149,7 +150,10 @@ enum Backend {
     FaultyMemory,
 }
 
-fn adapter(backend: Backend, policy: EvictionPolicy, dir: &std::path::Path) -> AdapterConfig {
+/// The policy of a run: its name and, for `FLRU`, its `flru_admission` (`None`: the default).
+type Policy = (EvictionPolicy, Option<FlruAdmission>);
+
+fn adapter(backend: Backend, (policy, admission): Policy, dir: &std::path::Path) -> AdapterConfig {
     let mut a = match backend {
         Backend::Memory => AdapterConfig::memory(),
         Backend::Fs => AdapterConfig::fs(dir),
@@ -182,6 +186,7 @@ fn adapter(backend: Backend, policy: EvictionPolicy, dir: &std::path::Path) -> A
             }
             _ => EvictionUnit::Keys,
         };
+        built.flru_admission = admission;
         if policy == EvictionPolicy::IsolatedLru {
             for (salt, q) in QUOTAS {
                 built.quotas.0.insert(salt.to_owned(), q);
@@ -330,7 +335,7 @@ async fn watermark_check(
     }
 }
 
-async fn run(backend: Backend, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+async fn run(backend: Backend, policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
     let dir = tempfile::TempDir::new().unwrap();
     let tier = Tier::start(&{
         let mut built = TierConfig::default();
@@ -462,11 +467,11 @@ async fn run(backend: Backend, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(
                 full_check(&tier, &m, step).await?;
             }
             if step % WATERMARK_CHECK_EVERY == 0 {
-                watermark_check(&tier, policy, &m, step).await?;
+                watermark_check(&tier, policy.0, &m, step).await?;
             }
         }
         full_check(&tier, &m, usize::MAX).await?;
-        watermark_check(&tier, policy, &m, usize::MAX).await?;
+        watermark_check(&tier, policy.0, &m, usize::MAX).await?;
         // Releasing every lock leaves none behind, and eviction can then go all the way.
         let held: Vec<ObjectKey> = m
             .locks
@@ -476,7 +481,7 @@ async fn run(backend: Backend, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(
         tier.unlock(held);
         m.locks.clear();
         prop_assert_eq!(tier.status().await.unwrap().adapters[0].locked_keys, 0);
-        watermark_check(&tier, policy, &m, usize::MAX).await?;
+        watermark_check(&tier, policy.0, &m, usize::MAX).await?;
         let d = &tier.status().await.unwrap().adapters[0].details;
         FAULTS.fetch_add(d["injected_total"].as_u64().unwrap_or(0), Ordering::Relaxed);
         Ok(())
@@ -486,7 +491,7 @@ async fn run(backend: Backend, policy: EvictionPolicy, ops: Vec<Op>) -> Result<(
     result
 }
 
-fn check(backend: Backend, policy: EvictionPolicy) {
+fn check(backend: Backend, policy: Policy) {
     let total = Cell::new(0usize);
     let cases = Cell::new(0usize);
     let started = Instant::now();
@@ -521,37 +526,50 @@ fn check(backend: Backend, policy: EvictionPolicy) {
 
 #[test]
 fn invariants_memory() {
-    check(Backend::Memory, EvictionPolicy::Lru);
+    check(Backend::Memory, (EvictionPolicy::Lru, None));
 }
 
 #[test]
 fn invariants_fs() {
-    check(Backend::Fs, EvictionPolicy::Lru);
+    check(Backend::Fs, (EvictionPolicy::Lru, None));
 }
 
 #[test]
 fn invariants_fault_inject() {
-    check(Backend::FaultyMemory, EvictionPolicy::Lru);
+    check(Backend::FaultyMemory, (EvictionPolicy::Lru, None));
 }
 
 #[test]
 fn invariants_memory_arc() {
-    check(Backend::Memory, EvictionPolicy::Arc);
+    check(Backend::Memory, (EvictionPolicy::Arc, None));
 }
 
 #[test]
 fn invariants_memory_slru() {
-    check(Backend::Memory, EvictionPolicy::Slru);
+    check(Backend::Memory, (EvictionPolicy::Slru, None));
 }
 
 #[test]
 fn invariants_memory_flru() {
-    check(Backend::Memory, EvictionPolicy::Flru);
+    check(Backend::Memory, (EvictionPolicy::Flru, None));
+}
+
+/// `FLRU` with each admission that is not the default: `rates` orders by a score recomputed
+/// between rounds, `lru` and `placements` rank without it.
+#[test]
+fn invariants_memory_flru_fixed_modes() {
+    for admission in [
+        FlruAdmission::Rates,
+        FlruAdmission::Lru,
+        FlruAdmission::Placements,
+    ] {
+        check(Backend::Memory, (EvictionPolicy::Flru, Some(admission)));
+    }
 }
 
 #[test]
 fn invariants_memory_isolated_lru() {
-    check(Backend::Memory, EvictionPolicy::IsolatedLru);
+    check(Backend::Memory, (EvictionPolicy::IsolatedLru, None));
 }
 
 /// Every policy that evicts is covered above (a new one must be added here).
