@@ -50,9 +50,9 @@
 //! (the policy before rates), `"lru"` turns shadows off, and `"rates"` ([`RATE_LOW_MODE`])
 //! keeps the low-prior rate order without shadows, for a user whose trace says it pays (the
 //! margin keeps the adaptive choice in LRU placement where the rate order leads by less than
-//! [`SHADOW_MARGIN`]). Sampled shadows estimate a tier's hit
-//! ratio well from a small share of its keys (the idea of SHARDS, Waldspurger et al., FAST
-//! '15); they cost five small rankings, not five tiers.
+//! [`SHADOW_MARGIN`]). Sampled shadows estimate a tier's hit ratio well from a small share of
+//! its keys (the idea of SHARDS, Waldspurger et al., FAST '15); they cost five small rankings,
+//! not five tiers.
 //!
 //! Why this shape (measured on Mooncake's synthetic and conversation traces and on synthetic
 //! multi-turn, used-twice and Zipf workloads, see BENCHMARKS.md, "FLRU"):
