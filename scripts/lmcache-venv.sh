@@ -30,7 +30,7 @@ if [ "$(cat "$VENV/.kvtier-marker" 2>/dev/null || true)" != "$MARKER_TEXT" ]; th
     rm -rf "$VENV"
     "$PYTHON" -m venv "$VENV"
     "$VENV/bin/pip" install --quiet --upgrade pip >&2
-    "$VENV/bin/pip" install --quiet "lmcache==$LMCACHE_VERSION" torch \
+    "$VENV/bin/pip" install --quiet --no-cache-dir "lmcache==$LMCACHE_VERSION" torch \
         "maturin==$MATURIN_VERSION" "pytest==$PYTEST_VERSION" >&2
     echo "$MARKER_TEXT" > "$VENV/.kvtier-marker"
 else

@@ -12,9 +12,28 @@ mkdir -p "$KVTIER_TOOLS_DIR"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# Garage: the S3 server the S3 tests start (tests/support/garage.rs). Built once, ~10 minutes.
 GARAGE_VERSION=2.5.0
 GARAGE_ROOT="$KVTIER_TOOLS_DIR/garage-$GARAGE_VERSION"
+
+# Disk: a cold target/ grows to about 8 GB (debug builds without dependencies' debug info, see
+# [profile.dev] in Cargo.toml). The first run also installs the tools: the LMCache venv, about
+# 7 GB (mostly torch), and Garage, whose build takes a few GB in a temp dir. Print what is free and
+# warn up front, rather than let a linker fail with "No space left on device" minutes in.
+free_gb() { df -Pk "$1" 2>/dev/null | awk 'NR == 2 { printf "%d", $4 / 1048576 }'; }
+TARGET_DIR="${CARGO_TARGET_DIR:-target}"
+mkdir -p "$TARGET_DIR"
+NEED_GB=9
+if [ ! -f "$KVTIER_TOOLS_DIR/lmcache-venv/.kvtier-marker" ] || [ ! -x "$GARAGE_ROOT/bin/garage" ]; then
+    NEED_GB=20
+fi
+HAVE_GB="$(free_gb "$TARGET_DIR")"
+step "disk: ${HAVE_GB:-?} GB free under $TARGET_DIR; this run needs about $NEED_GB GB"
+if [ -n "$HAVE_GB" ] && [ "$HAVE_GB" -lt "$NEED_GB" ]; then
+    printf 'warning: only %s GB free under %s, and this run needs about %s GB; builds may fail with "No space left on device"\n' \
+        "$HAVE_GB" "$TARGET_DIR" "$NEED_GB" >&2
+fi
+
+# Garage: the S3 server the S3 tests start (tests/support/garage.rs). Built once, ~10 minutes.
 if [ ! -x "$GARAGE_ROOT/bin/garage" ]; then
     step "install Garage $GARAGE_VERSION into $GARAGE_ROOT (once)"
     cargo install "garage@$GARAGE_VERSION" --locked --root "$GARAGE_ROOT"
