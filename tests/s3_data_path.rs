@@ -347,7 +347,7 @@ async fn a_storm_of_503s_opens_the_breaker() {
                 .contains("SlowDown"),
             "{b}"
         );
-        let fast = b["fast_failures"].as_u64().unwrap();
+        let t = Instant::now();
         let rep = tier
             .store(vec![key(4)], vec![payload(4, 100)])
             .await
@@ -355,12 +355,7 @@ async fn a_storm_of_503s_opens_the_breaker() {
         assert!(rep.adapters[0].1.failed[0]
             .error
             .contains("circuit breaker open"));
-        let b = breaker(&tier).await;
-        assert_eq!(
-            b["fast_failures"],
-            fast + 1,
-            "{path:?}: refused, not retried: {b}"
-        );
+        assert!(t.elapsed() < Duration::from_secs(5), "refused, not retried");
         assert_eq!(request_lines(&seen).len(), 0, "{path:?}: no request");
         tier.shutdown();
     }

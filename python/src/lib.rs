@@ -314,7 +314,7 @@ async fn serve(tier: Tier, rx: flume::Receiver<Cmd>, done: Completions) {
         let _ = h.await;
     }
     match Rc::try_unwrap(tier) {
-        Ok(tier) => tier.close().await,
+        Ok(tier) => tier.shutdown(),
         Err(_) => unreachable!("every task holding the tier has finished"),
     }
 }

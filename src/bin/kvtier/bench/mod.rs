@@ -811,7 +811,7 @@ pub async fn run(
         sampler.finish(path, &title)?;
         eprintln!("plot: {}", path.display());
     }
-    tier.close().await;
+    tier.shutdown();
 
     let baseline = baselines
         .iter()

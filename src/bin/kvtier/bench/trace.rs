@@ -303,7 +303,7 @@ pub async fn replay(
         .await;
     let elapsed = start.elapsed().as_secs_f64();
     let stats = tier.eviction_stats().await.unwrap_or_default();
-    tier.close().await;
+    tier.shutdown();
     let mut hist = Histogram::<u64>::new(3).expect("histogram");
     let mut sum = Outcome::default();
     for o in &outcomes {
