@@ -358,3 +358,53 @@ async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
         "second-use hits of 5,550: adaptive {adaptive}, rates {rates}"
     );
 }
+
+/// Stores five 100-byte keys one by one in a 500-byte LRU tier (watermark 1.0, ratio 0.2: the
+/// fifth store evicts one key); with `touch`, the oldest key is [`Touch`]ed before the fifth
+/// store. Returns which keys are still held.
+async fn five_keys_with_touch(touch: bool) -> Vec<bool> {
+    use kvtier::actors::Touch;
+    let mut e = EvictionConfig::with_policy(EvictionPolicy::Lru);
+    e.trigger_watermark = 1.0;
+    e.eviction_ratio = 0.2;
+    let tier = start(500, e).await;
+    for i in 0..4 {
+        tier.store(vec![skey("", i)], vec![payload(i, 100)])
+            .await
+            .unwrap();
+    }
+    if touch {
+        // Fire-and-forget, and still ordered: the controller forwards it before the store below.
+        tier.controller().do_send(Touch {
+            keys: vec![skey("", 0), skey("", 99)],
+        });
+    }
+    tier.store(vec![skey("", 4)], vec![payload(4, 100)])
+        .await
+        .unwrap();
+    tier.evictor().send(WhenIdle(0)).await.unwrap();
+    let usage = tier.usage().await.unwrap().adapters[0].clone();
+    assert_eq!((usage.used_bytes, usage.keys), (400, 4), "one key evicted");
+    let held = tier
+        .lookup_and_lock((0..5).map(|i| skey("", i)).collect())
+        .await
+        .unwrap();
+    tier.shutdown();
+    held.iter().collect()
+}
+
+/// A touch refreshes recency without moving bytes: the touched oldest key survives the round
+/// that, without the touch, takes it (the unknown key in the touch is ignored).
+#[actix_rt::test]
+async fn a_touched_key_survives_lru_eviction() {
+    assert_eq!(
+        five_keys_with_touch(false).await,
+        [false, true, true, true, true],
+        "without the touch the oldest key goes"
+    );
+    assert_eq!(
+        five_keys_with_touch(true).await,
+        [true, false, true, true, true],
+        "the touched key stays; the next oldest goes"
+    );
+}

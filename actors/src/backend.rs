@@ -27,6 +27,10 @@
 //! waiting item can wait forever: each queue only moves forward when an operation ends, and
 //! every operation in flight ends (the storages bound their own I/O).
 //!
+//! A [`Touch`] never reaches the storage: it only publishes `Accessed` for the keys the ledger
+//! holds and that are not being deleted, so eviction sees the same recency update as for a lookup
+//! hit, without I/O and without a lock.
+//!
 //! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
 //! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
 //! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
@@ -943,6 +947,25 @@ impl Handler<Unlock> for BackendActor {
             }
         }
         self.metrics.set_locked(self.locks.len());
+    }
+}
+
+impl Handler<Touch> for BackendActor {
+    type Result = ();
+
+    /// Publishes `Accessed` for the held keys; the storage is not called.
+    fn handle(&mut self, msg: Touch, _: &mut Context<Self>) {
+        if self.subscribers.is_empty() {
+            return;
+        }
+        let keys: Vec<ObjectKey> = msg
+            .keys
+            .into_iter()
+            .filter(|k| self.ledger.sizes.contains_key(k) && !self.deleting.contains(k))
+            .collect();
+        if !keys.is_empty() {
+            self.publish(UsageEventKind::Accessed { keys });
+        }
     }
 }
 

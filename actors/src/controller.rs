@@ -4,7 +4,7 @@
 //! a store goes to every adapter (one outcome each); a lookup asks every adapter and the first
 //! adapter in configuration order that has a key wins, while locks taken on later adapters for
 //! that key are released at once; a load reads each key from the adapter that holds its lock;
-//! an unlock goes to that adapter. With several adapters the controller remembers which adapter
+//! an unlock goes to that adapter; a touch goes to every adapter. With several adapters the controller remembers which adapter
 //! holds each lock, in its own state. It also relays usage events, and completions of
 //! [`Submit`]ted operations, to hosts that prefer polling a `flume` channel.
 //!
@@ -389,6 +389,17 @@ impl Handler<Unlock> for Controller {
             if !keys.is_empty() {
                 self.adapters[a].addr.do_send(Unlock { keys });
             }
+        }
+    }
+}
+
+impl Handler<Touch> for Controller {
+    type Result = ();
+
+    fn handle(&mut self, msg: Touch, _: &mut Context<Self>) {
+        // Every adapter: each marks the keys it holds (sent now, so before any later operation).
+        for a in &self.adapters {
+            a.addr.do_send(msg.clone());
         }
     }
 }

@@ -1,8 +1,8 @@
 //! Every message the actors exchange, and their replies.
 //!
 //! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor answer
-//! the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Delete`], [`GetUsage`],
-//! [`GetStatus`], [`ListKeys`]). A backend replies for itself; the controller replies per adapter
+//! the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Touch`], [`Delete`],
+//! [`GetUsage`], [`GetStatus`], [`ListKeys`]). A backend replies for itself; the controller replies per adapter
 //! (or, for lookups and loads, merged across adapters). Backends publish [`UsageEvent`]s to their
 //! subscribers (the eviction actor and the controller, which relays them to host channels).
 
@@ -206,6 +206,20 @@ impl LoadReport {
 #[rtype(result = "()")]
 pub struct Unlock {
     /// The keys to unlock.
+    pub keys: Vec<ObjectKey>,
+}
+
+/// Mark keys as just used, without moving any bytes: each adapter publishes
+/// [`UsageEventKind::Accessed`] for the keys it holds (its ledger knows them and no deletion of
+/// them is under way), so eviction refreshes their recency as for a lookup hit. No storage call,
+/// no lock taken; keys an adapter does not hold are ignored. Fire-and-forget, never fails.
+///
+/// Ordering: the `Accessed` event is published when the backend handles the message, before
+/// any operation sent to the same controller after it (mailboxes are first-in first-out).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub struct Touch {
+    /// The keys to mark as used.
     pub keys: Vec<ObjectKey>,
 }
 
@@ -417,7 +431,7 @@ pub enum UsageEventKind {
         /// Their sizes, one per key.
         sizes: Vec<u64>,
     },
-    /// Keys were hit by a lookup (not sent for loads). Refreshes recency.
+    /// Keys were hit by a lookup, or [`Touch`]ed (not sent for loads). Refreshes recency.
     Accessed {
         /// The keys.
         keys: Vec<ObjectKey>,

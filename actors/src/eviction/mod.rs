@@ -62,7 +62,8 @@ pub trait EvictionPolicy: Send + 'static {
     fn name(&self) -> &'static str;
     /// Keys were written (or re-written), in request order. Their sizes are in the book.
     fn on_stored(&mut self, keys: &[ObjectKey]);
-    /// Lookups hit these keys, in request order.
+    /// Lookups hit these keys, or a [`Touch`](crate::messages::Touch) marked them, in request
+    /// order.
     fn on_accessed(&mut self, keys: &[ObjectKey]);
     /// The keys are gone.
     fn on_removed(&mut self, keys: &[ObjectKey]);
