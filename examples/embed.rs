@@ -69,6 +69,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         })
         .await?;
     println!("deleted {} keys", deleted.all_keys().count());
-    tier.shutdown();
+    tier.close().await;
     Ok(())
 }

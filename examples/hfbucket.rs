@@ -56,6 +56,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     controller.do_send(Unlock { keys });
     let status = controller.send(GetStatus).await?;
     println!("{}", serde_json::to_string_pretty(&status.adapters[0])?);
-    tier.shutdown();
+    tier.close().await;
     Ok(())
 }

@@ -69,6 +69,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         "status: {}",
         serde_json::to_string_pretty(&status.adapters[0])?
     );
-    tier.shutdown();
+    tier.close().await;
     Ok(())
 }

@@ -30,7 +30,7 @@
 //!     let report = tier.load(vec![key.clone()], vec![BytesMut::zeroed(4096)]).await;
 //!     assert!(report.hits.all());
 //!     tier.unlock(vec![key]);
-//!     tier.shutdown();
+//!     tier.close().await;
 //! }
 //! ```
 

@@ -5,6 +5,11 @@
 //! messages to it never cross a thread. Then it subscribes the controller and the eviction actor
 //! to every backend's usage events. Hosts talk to [`Tier::controller`] with the messages of
 //! [`kvtier_actors::messages`], or use the typed helpers here.
+//!
+//! Invariant: no arbiter outlives its tier. A start that fails stops and joins the arbiters it
+//! had already started before it returns its [`StartError`] (a host that retries a start does
+//! not gather threads); [`Tier::close`] returns once every arbiter's thread has exited, so the
+//! backends' stop hooks (an `hfbucket` adapter removes its working directory) have run.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -21,7 +26,7 @@ use kvtier_actors::backends::memory::MemoryStorage;
 #[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::buffer::{lend, lend_sources};
-use kvtier_actors::eviction::{AttachBackend, GetEvictionStats};
+use kvtier_actors::eviction::{AttachBackend, GetEvictionStats, WhenIdle};
 use kvtier_actors::metrics::{AdapterMetrics, Metrics};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
@@ -67,7 +72,8 @@ pub enum StartError {
     },
 }
 
-/// A running kvtier runtime. Dropping it leaves the actors running; call [`Tier::shutdown`].
+/// A running kvtier runtime. Dropping it leaves the actors running; call [`Tier::close`] (or
+/// [`Tier::shutdown`], which does not wait).
 pub struct Tier {
     controller: Addr<Controller>,
     evictor: Addr<EvictionActor>,
@@ -144,13 +150,18 @@ impl Tier {
                 Vec::new()
             };
             let kind = adapter.spec.kind();
-            let storage = open_storage(&adapter.spec, format, capacity)
-                .await
-                .map_err(|source| StartError::Adapter {
-                    index,
-                    kind,
-                    source,
-                })?;
+            let storage = match open_storage(&adapter.spec, format, capacity).await {
+                Ok(storage) => storage,
+                Err(source) => {
+                    // The adapters opened so far, and the eviction actor, stop with the start.
+                    stop_and_join(arbiters).await;
+                    return Err(StartError::Adapter {
+                        index,
+                        kind,
+                        source,
+                    });
+                }
+            };
             let adapter_metrics = metrics.as_ref().map_or_else(AdapterMetrics::off, |m| {
                 m.adapter(index, kind, adapter.common.name.as_deref())
             });
@@ -322,12 +333,56 @@ impl Tier {
         Ok(self.evictor.send(GetEvictionStats).await?)
     }
 
-    /// Stops every actor of this runtime (their arbiters finish their current work and exit).
+    /// Returns once adapter `adapter`'s eviction is idle: no round in flight, and a check finds
+    /// nothing (more) it may evict. At once for an adapter without eviction. Tools and tests
+    /// use it to observe the settled state instead of sleeping.
+    pub async fn when_idle(&self, adapter: AdapterIndex) -> Result<(), TierError> {
+        Ok(self.evictor.send(WhenIdle(adapter)).await?)
+    }
+
+    /// Stops every actor of this runtime (their arbiters finish their current work and exit),
+    /// without waiting for them: use [`Tier::close`] to know when they are gone.
     pub fn shutdown(self) {
         self.controller.do_send(StopController);
         for a in self.arbiters {
             a.stop();
         }
+    }
+
+    /// Stops every actor of this runtime, as [`Tier::shutdown`] does, and returns once the
+    /// controller has stopped and every arbiter's thread has exited: each backend has been
+    /// dropped and its stop hook has run (an `hfbucket` adapter's working directory is gone, no
+    /// file of an `fs` adapter is still open). Operations still in flight end without an
+    /// answer (`TierError::Stopped`, or misses for a load): await them first. The wait for the
+    /// threads runs on tokio's blocking pool, so the caller's arbiter keeps serving.
+    pub async fn close(self) {
+        // An answer, or an error because the controller had stopped already: either way it
+        // takes no more messages.
+        let _ = self.controller.send(StopController).await;
+        stop_and_join(self.arbiters).await;
+    }
+}
+
+/// Stops `arbiters` and waits, on the blocking pool, until their threads have exited. A thread
+/// that panicked is logged, not propagated: the runtime is being torn down either way.
+async fn stop_and_join(arbiters: Vec<Arbiter>) {
+    for a in &arbiters {
+        a.stop();
+    }
+    let joined = tokio::task::spawn_blocking(move || {
+        arbiters
+            .into_iter()
+            .map(Arbiter::join)
+            .filter(Result::is_err)
+            .count()
+    })
+    .await;
+    match joined {
+        Ok(0) => {}
+        Ok(n) => {
+            tracing::warn!("{n} kvtier arbiter thread(s) had panicked before the tier stopped")
+        }
+        Err(e) => tracing::warn!("waiting for kvtier's arbiter threads failed: {e}"),
     }
 }
 

@@ -263,7 +263,7 @@ async fn a_dropped_reply_fails_after_the_timeout_instead_of_hanging() {
 #[actix_rt::test]
 async fn latency_delays_replies_without_blocking_the_actor() {
     let mut faults = FaultInjectConfig::default();
-    faults.latency_ms.put = Some(400);
+    faults.latency_ms.put = Some(1000);
     let tier = start(faults).await;
     let c = tier.controller().clone();
     let t = Instant::now();
@@ -274,20 +274,25 @@ async fn latency_delays_replies_without_blocking_the_actor() {
         })
         .await
     });
-    actix_rt::time::sleep(Duration::from_millis(50)).await;
-    // The backend actor answers other messages while the store waits for its timer.
-    let u = tier.controller().send(GetUsage).await.unwrap();
+    // The backend actor answers other messages while the store waits for its timer: a status
+    // that counts the delayed put (it is counted when the put is issued) and a usage without
+    // its bytes (they are accounted when its reply comes) were both answered in between.
     assert!(
-        t.elapsed() < Duration::from_millis(350),
-        "{:?}",
-        t.elapsed()
+        support::wait_until(5, || async {
+            details(&tier).await["injected"]["delayed"]["put"] == 1
+        })
+        .await,
+        "the store never reached the adapter"
     );
-    assert!(!slow.is_finished());
-    assert_eq!(u.adapters[0].used_bytes, 0);
+    let u = tier.controller().send(GetUsage).await.unwrap();
+    assert_eq!(
+        u.adapters[0].used_bytes, 0,
+        "usage answered during the delay"
+    );
     let rep = slow.await.unwrap().unwrap();
     assert!(rep.success());
     assert!(
-        t.elapsed() >= Duration::from_millis(400),
+        t.elapsed() >= Duration::from_millis(1000),
         "{:?}",
         t.elapsed()
     );

@@ -283,6 +283,7 @@ async fn a_slow_hub_does_not_delay_other_backends() {
     .await
     .unwrap();
     fx.hub.set_latency(Duration::from_millis(1500));
+    let before = fx.hub.total_requests();
     let c = tier.controller().clone();
     let started = std::time::Instant::now();
     let slow = actix_rt::spawn(async move {
@@ -292,9 +293,12 @@ async fn a_slow_hub_does_not_delay_other_backends() {
         })
         .await
     });
-    actix_rt::time::sleep(Duration::from_millis(50)).await;
+    // The store's first Hub request has arrived (the emulator counts it, then holds it).
+    assert!(
+        support::wait_until(5, || async { fx.hub.total_requests() > before }).await,
+        "the store never reached the Hub"
+    );
     // The memory adapter answers while the Hub store is still in flight.
-    let t = std::time::Instant::now();
     for _ in 0..20 {
         tier.controller()
             .send(ListKeys {
@@ -314,12 +318,12 @@ async fn a_slow_hub_does_not_delay_other_backends() {
             .await
             .unwrap();
     }
-    assert!(
-        t.elapsed() < Duration::from_millis(500),
-        "memory adapter delayed: {:?}",
-        t.elapsed()
-    );
     assert!(!slow.is_finished(), "the Hub store is still in flight");
+    assert_eq!(
+        tier.usage().await.unwrap().adapters[1].used_bytes,
+        0,
+        "the Hub store has not been accounted yet"
+    );
     let rep = slow.await.unwrap().unwrap();
     assert!(rep.success(), "{rep:?}");
     assert!(started.elapsed() >= Duration::from_millis(1500));
@@ -347,17 +351,39 @@ async fn restart_recovers_usage_and_close_removes_temp_files() {
         std::fs::read_dir(tmp.path()).unwrap().count() > 0,
         "a working directory while running"
     );
-    tier.shutdown();
-    assert!(
-        support::wait_until(5, || async {
-            std::fs::read_dir(tmp.path()).unwrap().count() == 0
-        })
-        .await,
+    tier.close().await;
+    assert_eq!(
+        std::fs::read_dir(tmp.path()).unwrap().count(),
+        0,
         "close removed the temporary files"
     );
     let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
     assert_eq!(tier.usage().await.unwrap(), before);
     tier.shutdown();
+}
+
+/// A start that fails at its second adapter stops the first before it returns: the `hfbucket`
+/// adapter it had opened is closed (its working directory is gone), not left running.
+#[actix_rt::test]
+async fn a_failed_start_closes_the_adapters_it_opened() {
+    let fx = Hf::new();
+    let tmp = tempfile::tempdir().unwrap();
+    let mut c = fx.config(&fx.run);
+    c.download_tmp_dir = Some(tmp.path().join("hf"));
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let err = Tier::start(&tier_config(vec![
+        fx.adapter_with(c),
+        AdapterConfig::fs(file.join("sub")),
+    ]))
+    .await
+    .err()
+    .expect("the fs adapter cannot create a directory under a file");
+    assert!(err.to_string().starts_with("adapter #1 (fs): "), "{err}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path().join("hf"))
+        .map(|d| d.map(|e| e.unwrap().path()).collect())
+        .unwrap_or_default();
+    assert!(left.is_empty(), "the hfbucket adapter still runs: {left:?}");
 }
 
 /// The adapter's load counters from `status`: (xet, resolve, xet_fallbacks).

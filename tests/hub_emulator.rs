@@ -712,7 +712,8 @@ fn fault_switches_do_what_they_say() {
     assert_eq!(c.get(&format!("/api/buckets/{BUCKET}/tree")).status, 500);
     assert_eq!(c.get(&format!("/api/buckets/{BUCKET}/tree")).status, 200);
 
-    // Latency.
+    // Latency, and setting it back to zero (a request then takes far less than the latency
+    // was: the bound is loose on purpose, it only tells "no latency" from "60 s").
     hub.set_latency(Duration::from_millis(300));
     let t = Instant::now();
     assert_eq!(c.get(&info).status, 200);
@@ -721,14 +722,11 @@ fn fault_switches_do_what_they_say() {
         "{:?}",
         t.elapsed()
     );
+    hub.set_latency(Duration::from_secs(60));
     hub.set_latency(Duration::ZERO);
     let t = Instant::now();
     assert_eq!(c.get(&info).status, 200);
-    assert!(
-        t.elapsed() < Duration::from_millis(250),
-        "{:?}",
-        t.elapsed()
-    );
+    assert!(t.elapsed() < Duration::from_secs(30), "{:?}", t.elapsed());
 
     // Fail the 2nd file of every batch: 200, that path failed and not applied.
     let hash = "00".repeat(32);

@@ -150,6 +150,23 @@ async fn results_wait_without_listeners() {
     tier.shutdown();
 }
 
+/// `close` returns once the runtime has stopped: the controller no longer takes messages, and
+/// the caller's arbiter (which the controller shared) goes on serving.
+#[actix_rt::test]
+async fn close_returns_after_the_runtime_stopped() {
+    let tier = memory_tier().await;
+    tier.store(vec![key(1)], vec![payload(1, 8)]).await.unwrap();
+    let controller = tier.controller().clone();
+    tier.close().await;
+    assert!(
+        controller.send(kvtier::GetUsage).await.is_err(),
+        "the controller stopped"
+    );
+    let tier = memory_tier().await;
+    assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 0);
+    tier.close().await;
+}
+
 #[actix_rt::test]
 async fn no_adapters_is_a_start_error() {
     let err = Tier::start(&TierConfig::default()).await.err().unwrap();

@@ -394,12 +394,15 @@ async fn soak_mixed_load_with_eviction() {
     );
 
     match Rc::try_unwrap(tier) {
-        Ok(t) => t.shutdown(),
+        Ok(t) => t.close().await,
         Err(_) => panic!("the tier is still shared"),
     }
-    actix_rt::time::sleep(Duration::from_millis(500)).await;
-    eprintln!(
-        "[soak] fds after shutdown: {} (before start: {fds_start})",
-        fd_count()
+    // `close` returns once every thread of the tier has exited: its sockets and files are
+    // closed by then.
+    let fds_closed = fd_count();
+    eprintln!("[soak] fds after close: {fds_closed} (before start: {fds_start})");
+    assert!(
+        fds_closed <= fds_start + FD_SLACK,
+        "file descriptors left open after close: {fds_closed}, against {fds_start} before start"
     );
 }

@@ -314,7 +314,7 @@ async fn serve(tier: Tier, rx: flume::Receiver<Cmd>, done: Completions) {
         let _ = h.await;
     }
     match Rc::try_unwrap(tier) {
-        Ok(tier) => tier.shutdown(),
+        Ok(tier) => tier.close().await,
         Err(_) => unreachable!("every task holding the tier has finished"),
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use kvtier::actors::config::{EvictionConfig, EvictionPolicy, GIB};
-use kvtier::actors::eviction::GetLruOrder;
+use kvtier::actors::eviction::{GetLruOrder, WhenIdle};
 use kvtier::actors::{Delete, ListKeys, TierEvent, UsageEventKind};
 use kvtier::{AdapterConfig, Tier, TierConfig};
 
@@ -232,7 +232,8 @@ pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
     let keys: Vec<_> = (0..20).map(key).collect();
     let objs: Vec<_> = (0..20).map(|i| payload(i, 256)).collect();
     tier.store(keys.clone(), objs).await.unwrap();
-    actix_rt::time::sleep(Duration::from_millis(200)).await;
+    // The evictor has seen the stores and found nothing to do.
+    tier.evictor().send(WhenIdle(0)).await.unwrap();
     let u = &tier.usage().await.unwrap().adapters[0];
     assert_eq!(u.fraction, -1.0);
     assert_eq!(u.capacity_bytes, 0);
@@ -406,7 +407,7 @@ async fn fill_and_settle(fx: &impl Fixture, slot: usize, ratio: f64, locked: &[u
     tier.store(vec![key(9)], vec![payload(9, 100)])
         .await
         .unwrap(); // 1000 / 1000: evict
-    actix_rt::time::sleep(Duration::from_millis(300)).await;
+    tier.evictor().send(WhenIdle(0)).await.unwrap();
     let keys: Vec<_> = (0..10).map(key).collect();
     let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
     tier.unlock(keys);

@@ -225,7 +225,7 @@ where
         };
         let res = f(tier.clone()).await;
         if let Ok(t) = std::rc::Rc::try_unwrap(tier) {
-            t.shutdown();
+            t.close().await;
         }
         match res {
             Ok(()) => EXIT_OK,

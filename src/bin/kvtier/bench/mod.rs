@@ -811,7 +811,7 @@ pub async fn run(
         sampler.finish(path, &title)?;
         eprintln!("plot: {}", path.display());
     }
-    tier.shutdown();
+    tier.close().await;
 
     let baseline = baselines
         .iter()

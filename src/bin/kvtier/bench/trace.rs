@@ -302,8 +302,14 @@ pub async fn replay(
         .collect()
         .await;
     let elapsed = start.elapsed().as_secs_f64();
+    // Eviction runs beside the requests: let it finish the rounds the replay started, so the
+    // report counts every key the replay's stores caused to be evicted (a short replay could
+    // otherwise end with a round started and nothing evicted yet).
+    for adapter in 0..config.adapters.len() {
+        let _ = tier.when_idle(adapter).await;
+    }
     let stats = tier.eviction_stats().await.unwrap_or_default();
-    tier.shutdown();
+    tier.close().await;
     let mut hist = Histogram::<u64>::new(3).expect("histogram");
     let mut sum = Outcome::default();
     for o in &outcomes {
