@@ -283,7 +283,7 @@ fn main() {
     let mut mbps = [Vec::new(), Vec::new()];
     let mut cpu = [Vec::new(), Vec::new()];
     for (r, round) in sets.iter().enumerate() {
-        let order = if r % 2 == 0 {
+        let order = if r.is_multiple_of(2) {
             [Path::Resolve, Path::Xet]
         } else {
             [Path::Xet, Path::Resolve]

@@ -333,3 +333,97 @@ fn simulate_rows_and_the_configured_policy() {
     assert!(lines[header + 1].starts_with("0.5 % "), "{out}");
     assert_eq!(lines[header].len(), lines[header + 1].len(), "{out}");
 }
+
+/// Runs `kvtier args` with a stdout whose reader has already closed its end, and asserts it
+/// ends quietly: no panic or backtrace on stderr, and exit 0 (nothing was written) or 141 (the
+/// closed pipe ended it, as a shell reports for a Unix tool).
+fn with_a_closed_stdout(dir: &std::path::Path, args: &[&str]) {
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_kvtier"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("KVTIER_L2_ADAPTER")
+        .stdout(writer)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !err.contains("panicked") && !err.contains("Broken pipe"),
+        "{args:?}: {err}"
+    );
+    let code = out.status.code();
+    assert!(
+        code == Some(0) || code == Some(141),
+        "{args:?}: {code:?}: {err}"
+    );
+}
+
+/// Every subcommand that prints to stdout, into a reader that closed early
+/// (`kvtier ls | head -5` on a busy machine).
+#[test]
+fn a_closed_stdout_ends_every_subcommand_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("kv");
+    let fs = format!(
+        r#"{{"type": "fs", "base_path": {:?}}}"#,
+        data.to_str().unwrap()
+    );
+    // Objects for `ls` to list.
+    let (code, _, err) = kvtier(&[
+        "bench",
+        "--chunks",
+        "8",
+        "--chunk-size",
+        "4KiB",
+        "--batch",
+        "4",
+        "--l2-adapter",
+        &fs,
+    ]);
+    assert_eq!(code, 0, "{err}");
+    let cfg = dir.path().join("kvtier.toml");
+    std::fs::write(
+        &cfg,
+        "[[adapters]]\ntype = \"memory\"\n[adapters.eviction]\neviction_policy = \"IsolatedLRU\"\n\
+         [adapters.eviction.quotas]\n\"a\" = 1024\n",
+    )
+    .unwrap();
+    let trace = conversations_trace(dir.path());
+    let (c, t) = (cfg.to_str().unwrap(), trace.to_str().unwrap());
+    let runs: &[&[&str]] = &[
+        &["check-config", "--l2-adapter", &fs],
+        &["ls", "--l2-adapter", &fs],
+        &["ls", "--json", "--l2-adapter", &fs],
+        &["usage", "--l2-adapter", &fs],
+        &["usage", "--json", "--l2-adapter", &fs],
+        &["status", "--l2-adapter", &fs],
+        &["quota", "get", "--config", c],
+        &[
+            "bench",
+            "--chunks",
+            "8",
+            "--chunk-size",
+            "4KiB",
+            "--batch",
+            "4",
+            "--json",
+        ],
+        &[
+            "bench",
+            "--chunks",
+            "8",
+            "--chunk-size",
+            "4KiB",
+            "--batch",
+            "4",
+        ],
+        &["bench", "--trace", t, "--block-size", "4KiB", "--json"],
+        &["bench", "--trace", t, "--block-size", "4KiB", "--simulate"],
+        &["--help"],
+    ];
+    for args in runs {
+        with_a_closed_stdout(dir.path(), args);
+    }
+}

@@ -463,10 +463,10 @@ async fn run(backend: Backend, policy: Policy, ops: Vec<Op>) -> Result<(), TestC
                 "step {}: locked keys in the adapter vs held by the test",
                 step
             );
-            if step % FULL_CHECK_EVERY == 0 {
+            if step.is_multiple_of(FULL_CHECK_EVERY) {
                 full_check(&tier, &m, step).await?;
             }
-            if step % WATERMARK_CHECK_EVERY == 0 {
+            if step.is_multiple_of(WATERMARK_CHECK_EVERY) {
                 watermark_check(&tier, policy.0, &m, step).await?;
             }
         }

@@ -357,7 +357,7 @@ impl ObjectKey {
                 (g, parts[3])
             }
         };
-        if hash.len() % 2 != 0 || !is_lower_hex(hash) {
+        if !hash.len().is_multiple_of(2) || !is_lower_hex(hash) {
             return Err(bad("chunk_hash is not lowercase hex of whole bytes"));
         }
         let hash = hex::decode(hash).map_err(|_| bad("chunk_hash is not hex"))?;

@@ -471,7 +471,7 @@ impl Shadows {
     /// `capacity` keys: a sampled key is a use of every shadow, which counts a hit if it holds
     /// the key, stores it on a miss and evicts down to its capacity.
     fn touch(&mut self, digest: u64, capacity: usize, bonus_per_use: f64) {
-        if digest % SHADOW_SAMPLE != 0 {
+        if !digest.is_multiple_of(SHADOW_SAMPLE) {
             return;
         }
         let cap = (capacity / SHADOW_SAMPLE as usize).max(1);

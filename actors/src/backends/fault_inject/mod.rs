@@ -154,7 +154,7 @@ impl FaultInjectStorage {
         let nth = self.cfg.fail_every_nth_item as usize;
         (0..n)
             .map(|i| {
-                if nth > 0 && (i + 1) % nth == 0 {
+                if nth > 0 && (i + 1).is_multiple_of(nth) {
                     *slot(&mut self.counters.nth_item_failures, op) += 1;
                     return Fate::Fail(BackendError::io(
                         op,
