@@ -26,6 +26,8 @@ use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
 
+pub mod lmcache;
+
 /// Name of the file read from the working directory when `--config` is not given.
 pub const DEFAULT_FILE: &str = "kvtier.toml";
 /// Prefix of the environment variables read.
@@ -93,6 +95,16 @@ pub enum ConfigError {
         /// Its `type` (or `?` when missing).
         kind: String,
         /// The field.
+        field: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// An LMCache YAML configuration (`--lmcache-config`) has a field kvtier cannot use.
+    #[error("LMCache config {path}: field `{field}`: {message}")]
+    Lmcache {
+        /// The file.
+        path: String,
+        /// The field (`extra_config.<key>` for the connector's keys; `-` for the whole file).
         field: String,
         /// What is wrong.
         message: String,
@@ -295,11 +307,21 @@ pub struct ConfigSources {
     pub env: Option<HashMap<String, String>>,
     /// `--l2-adapter` JSON strings; when any are given they replace the adapters of lower layers.
     pub cli_adapters: Vec<String>,
+    /// `--lmcache-config F`: an LMCache YAML configuration (`remote_url: "s3://…"` and
+    /// `extra_config`), read as one `s3` adapter after the file's adapters (see [`lmcache`]).
+    pub lmcache_config: Option<PathBuf>,
 }
 
 impl TierConfig {
     /// Loads and validates the layered configuration.
     pub fn load(src: &ConfigSources) -> Result<Self, ConfigError> {
+        Self::load_with_notes(src).map(|(config, _)| config)
+    }
+
+    /// Loads and validates the layered configuration, and says what it accepted without using
+    /// (one line each: the LMCache engine fields of an `--lmcache-config` file).
+    pub fn load_with_notes(src: &ConfigSources) -> Result<(Self, Vec<String>), ConfigError> {
+        let mut notes = Vec::new();
         let env: HashMap<String, String> = match &src.env {
             Some(e) => e.clone(),
             None => std::env::vars().collect(),
@@ -373,6 +395,11 @@ impl TierConfig {
                 })
             }
         }
+        if let Some(path) = &src.lmcache_config {
+            let mapped = lmcache::read(path)?;
+            raw.push(mapped.adapter);
+            notes = mapped.notes;
+        }
         if !src.cli_adapters.is_empty() {
             raw = src
                 .cli_adapters
@@ -400,11 +427,12 @@ impl TierConfig {
             .enumerate()
             .map(|(i, v)| parse_adapter(i, v))
             .collect::<Result<Vec<_>, _>>()?;
-        Ok(TierConfig {
+        let config = TierConfig {
             adapters,
             eviction_interval_ms,
             metrics,
-        })
+        };
+        Ok((config, notes))
     }
 
     /// The resolved configuration as JSON, secrets redacted.
@@ -591,7 +619,7 @@ fn quoted_field(message: &str) -> Option<String> {
     Some(message[start..start + len].to_owned())
 }
 
-fn type_name(v: &Value) -> &'static str {
+pub(crate) fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
         Value::Bool(_) => "a bool",

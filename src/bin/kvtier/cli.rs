@@ -96,8 +96,11 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Top(args) => crate::top::run(&args),
         Command::Quota(args) => crate::quota::run(&args),
-        Command::CheckConfig { cfg } => match cfg.load() {
-            Ok(c) => {
+        Command::CheckConfig { cfg } => match cfg.load_with_notes() {
+            Ok((c, notes)) => {
+                for note in notes {
+                    eprintln!("note: {note}");
+                }
                 println!(
                     "{}",
                     serde_json::to_string_pretty(&c.to_redacted_json()).unwrap_or_default()

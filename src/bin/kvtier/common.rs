@@ -24,17 +24,27 @@ pub struct ConfigArgs {
     /// replaces the adapters of the file and environment.
     #[arg(long = "l2-adapter", value_name = "JSON")]
     pub l2_adapter: Vec<String>,
+    /// An LMCache YAML configuration (`remote_url: "s3://…"` with `extra_config`), read as one
+    /// `s3` adapter after the file's adapters; LMCache's engine fields are accepted and ignored.
+    #[arg(long = "lmcache-config", value_name = "FILE.yaml")]
+    pub lmcache_config: Option<PathBuf>,
 }
 
 impl ConfigArgs {
     /// Loads the layered configuration these arguments describe.
     pub fn load(&self) -> Result<TierConfig, ConfigError> {
-        TierConfig::load(&{
+        self.load_with_notes().map(|(config, _)| config)
+    }
+
+    /// Loads the configuration, with the notes on what it accepted without using.
+    pub fn load_with_notes(&self) -> Result<(TierConfig, Vec<String>), ConfigError> {
+        TierConfig::load_with_notes(&{
             let mut built = ConfigSources::default();
             built.file = self.config.clone();
             built.search_dir = std::env::current_dir().ok();
             built.env = None;
             built.cli_adapters = self.l2_adapter.clone();
+            built.lmcache_config = self.lmcache_config.clone();
             built
         })
     }
