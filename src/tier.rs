@@ -361,6 +361,13 @@ impl Tier {
         let _ = self.controller.send(StopController).await;
         stop_and_join(self.arbiters).await;
     }
+
+    /// Marks keys as just used, moving no bytes: every adapter that holds a key publishes it as
+    /// accessed, so eviction refreshes its recency as for a lookup hit; no storage call, no
+    /// lock. Fire-and-forget, and ordered before any request sent to this tier after it.
+    pub fn touch(&self, keys: Vec<ObjectKey>) {
+        self.controller.do_send(kvtier_actors::Touch { keys });
+    }
 }
 
 /// Stops `arbiters` and waits, on the blocking pool, until their threads have exited. A thread

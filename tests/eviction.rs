@@ -360,10 +360,9 @@ async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
 }
 
 /// Stores five 100-byte keys one by one in a 500-byte LRU tier (watermark 1.0, ratio 0.2: the
-/// fifth store evicts one key); with `touch`, the oldest key is [`Touch`]ed before the fifth
-/// store. Returns which keys are still held.
+/// fifth store evicts one key); with `touch`, the oldest key is touched ([`Tier::touch`])
+/// before the fifth store. Returns which keys are still held.
 async fn five_keys_with_touch(touch: bool) -> Vec<bool> {
-    use kvtier::actors::Touch;
     let mut e = EvictionConfig::with_policy(EvictionPolicy::Lru);
     e.trigger_watermark = 1.0;
     e.eviction_ratio = 0.2;
@@ -375,9 +374,7 @@ async fn five_keys_with_touch(touch: bool) -> Vec<bool> {
     }
     if touch {
         // Fire-and-forget, and still ordered: the controller forwards it before the store below.
-        tier.controller().do_send(Touch {
-            keys: vec![skey("", 0), skey("", 99)],
-        });
+        tier.touch(vec![skey("", 0), skey("", 99)]);
     }
     tier.store(vec![skey("", 4)], vec![payload(4, 100)])
         .await
