@@ -1,48 +1,102 @@
-//! The worker-pool actor: a bounded set of threads for blocking work.
+//! The worker pool: a bounded set of threads for blocking work.
 //!
 //! Blocking calls (file I/O, the Hugging Face Hub's HTTP API) must never run on an arbiter, where
-//! they would stall every actor sharing it. A [`WorkerPool`] is an actix `SyncArbiter` of
-//! `num_workers` threads; [`Run`] carries a closure to one of them and replies with its result.
+//! they would stall every actor sharing it. A [`WorkerPool`] owns `num_workers` threads that take
+//! jobs from one channel; [`run_on`] carries a closure to one of them and resolves to its result.
 //! A panicking job is caught and reported as [`JobFailed`], and the thread lives on.
+//!
+//! Invariants:
+//! - **No thread outlives its pool.** The pool is a handle shared by clones; when the last clone
+//!   is dropped (the backend that owns it stops with its arbiter), the channel closes, every
+//!   worker finishes the job it is running and exits, and the drop returns once each thread has
+//!   been joined. So [`Tier::close`](../../kvtier/struct.Tier.html), which joins the backends'
+//!   arbiters, also waits for their pools. (actix's `SyncArbiter`, which this replaced, let its
+//!   threads exit some time after the tier had closed.)
+//! - Jobs queued when the pool goes away still run before the workers exit; a job sent after
+//!   that fails at once with [`JobFailed`].
+//! - The only shared state is the job channel (`flume`) and each job's one-shot reply.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
 
-use actix::prelude::*;
+/// A job as the workers see it: it runs the closure and sends the reply itself.
+type Job = Box<dyn FnOnce() + Send>;
 
-/// The worker-pool actor (one instance per thread of the pool).
-#[derive(Debug, Default)]
-pub struct WorkerPool;
+/// A pool of worker threads for blocking jobs (see the module docs). Cheap to clone: clones
+/// share the threads, and the last one to go joins them.
+#[derive(Debug, Clone)]
+pub struct WorkerPool {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    jobs: Option<flume::Sender<Job>>,
+    threads: Vec<JoinHandle<()>>,
+}
 
 impl WorkerPool {
-    /// Starts a pool of `threads` workers (at least one). Must be called inside a running actix system.
-    pub fn start(threads: usize) -> Addr<WorkerPool> {
-        SyncArbiter::start(threads.max(1), || WorkerPool)
+    /// Starts a pool of `threads` workers (at least one), named `kvtier-worker-<i>`.
+    ///
+    /// # Panics
+    /// If the operating system refuses to create a thread.
+    pub fn start(threads: usize) -> WorkerPool {
+        let (tx, rx) = flume::unbounded::<Job>();
+        let threads = (0..threads.max(1))
+            .map(|i| {
+                let rx = rx.clone();
+                std::thread::Builder::new()
+                    .name(format!("kvtier-worker-{i}"))
+                    .spawn(move || {
+                        while let Ok(job) = rx.recv() {
+                            job();
+                        }
+                    })
+                    .expect("spawn a kvtier worker thread")
+            })
+            .collect();
+        WorkerPool {
+            shared: Arc::new(Shared {
+                jobs: Some(tx),
+                threads,
+            }),
+        }
+    }
+
+    /// How many threads the pool has.
+    pub fn threads(&self) -> usize {
+        self.shared.threads.len()
+    }
+
+    /// Queues `job`; false when the pool has stopped taking jobs.
+    fn execute(&self, job: Job) -> bool {
+        match &self.shared.jobs {
+            Some(jobs) => jobs.send(job).is_ok(),
+            None => false,
+        }
     }
 }
 
-impl Actor for WorkerPool {
-    type Context = SyncContext<Self>;
-}
-
-/// A job for the pool: runs the closure on a worker thread and replies with its value.
-pub struct Run<R: Send + 'static>(pub Box<dyn FnOnce() -> R + Send>);
-
-impl<R: Send + 'static> Run<R> {
-    /// Wraps a closure.
-    pub fn new(f: impl FnOnce() -> R + Send + 'static) -> Self {
-        Run(Box::new(f))
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Closing the channel ends each worker's loop once the queue is empty.
+        self.jobs.take();
+        let me = std::thread::current().id();
+        for t in self.threads.drain(..) {
+            // A worker never joins itself (it would wait forever); it exits right after.
+            if t.thread().id() != me {
+                let _ = t.join();
+            }
+        }
     }
-}
-
-impl<R: Send + 'static> Message for Run<R> {
-    type Result = Result<R, JobFailed>;
 }
 
 /// A job panicked or its pool is gone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("worker job failed: {reason}")]
 pub struct JobFailed {
-    /// The panic message or mailbox error.
+    /// The panic message, or why the job never ran.
     pub reason: String,
 }
 
@@ -53,37 +107,39 @@ impl JobFailed {
     }
 }
 
-impl<R: Send + 'static> Handler<Run<R>> for WorkerPool {
-    type Result = Result<R, JobFailed>;
-
-    fn handle(&mut self, msg: Run<R>, _: &mut SyncContext<Self>) -> Self::Result {
-        catch_unwind(AssertUnwindSafe(msg.0)).map_err(|panic| JobFailed {
+/// Runs `f` on one of the pool's threads and resolves to its value, or to [`JobFailed`] if it
+/// panicked or the pool is gone.
+pub async fn run_on<R: Send + 'static>(
+    pool: &WorkerPool,
+    f: impl FnOnce() -> R + Send + 'static,
+) -> Result<R, JobFailed> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let job: Job = Box::new(move || {
+        let result = catch_unwind(AssertUnwindSafe(f)).map_err(|panic| JobFailed {
             reason: panic
                 .downcast_ref::<&str>()
                 .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "panic".into()),
+        });
+        let _ = tx.send(result);
+    });
+    if !pool.execute(job) {
+        return Err(JobFailed {
+            reason: "the worker pool has stopped".into(),
+        });
+    }
+    rx.await.unwrap_or_else(|_| {
+        Err(JobFailed {
+            reason: "the worker pool stopped before the job ran".into(),
         })
-    }
-}
-
-/// Sends a job and flattens mailbox errors into [`JobFailed`].
-pub async fn run_on<R: Send + 'static>(
-    pool: &Addr<WorkerPool>,
-    f: impl FnOnce() -> R + Send + 'static,
-) -> Result<R, JobFailed> {
-    match pool.send(Run::new(f)).await {
-        Ok(r) => r,
-        Err(e) => Err(JobFailed {
-            reason: e.to_string(),
-        }),
-    }
+    })
 }
 
 /// Runs `work(ctx, item)` for every item, spread over `workers` jobs on the pool, keeping input
 /// order. `failed(i, err)` stands in for item `i` when its job dies (panic or pool gone).
 pub fn fan_out<C, I, O>(
-    pool: &Addr<WorkerPool>,
+    pool: &WorkerPool,
     workers: usize,
     ctx: std::sync::Arc<C>,
     items: Vec<I>,
@@ -145,6 +201,41 @@ mod tests {
         assert_ne!(
             run_on(&pool, || std::thread::current().id()).await.unwrap(),
             std::thread::current().id()
+        );
+    }
+
+    /// Dropping the last handle joins every worker: when it returns, the thread that ran the
+    /// last job has exited (its thread-local destructors have run), after the job finished.
+    #[test]
+    fn the_last_handle_joins_the_threads() {
+        use std::sync::atomic::{AtomicBool, Ordering};
+
+        struct OnExit(Arc<AtomicBool>);
+        impl Drop for OnExit {
+            fn drop(&mut self) {
+                self.0.store(true, Ordering::SeqCst);
+            }
+        }
+        thread_local! {
+            static GUARD: std::cell::RefCell<Option<OnExit>> = const { std::cell::RefCell::new(None) };
+        }
+
+        let pool = WorkerPool::start(2);
+        let exited = Arc::new(AtomicBool::new(false));
+        let (started_tx, started_rx) = flume::bounded(1);
+        let (go_tx, go_rx) = flume::bounded::<()>(1);
+        let flag = exited.clone();
+        assert!(pool.execute(Box::new(move || {
+            GUARD.with(|g| *g.borrow_mut() = Some(OnExit(flag)));
+            started_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+        })));
+        started_rx.recv().unwrap();
+        go_tx.send(()).unwrap();
+        drop(pool);
+        assert!(
+            exited.load(Ordering::SeqCst),
+            "the worker thread was still running after the pool was dropped"
         );
     }
 }

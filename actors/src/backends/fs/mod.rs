@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use actix::Addr;
 use bytes::Bytes;
 
 pub use config::FsConfig;
@@ -154,7 +153,7 @@ impl Paths {
 /// Directory storage. See the module docs.
 pub struct FsStorage {
     paths: Arc<Paths>,
-    pool: Addr<WorkerPool>,
+    pool: WorkerPool,
     workers: usize,
     recover: bool,
 }

@@ -16,7 +16,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use actix::Addr;
 use bytes::Bytes;
 use serde_json::json;
 
@@ -299,7 +298,7 @@ impl Ctx {
 /// Hugging Face bucket storage. Blocking Hub calls and Xet transfers run on its worker pool.
 pub struct HfStorage {
     ctx: Arc<Ctx>,
-    pool: Addr<WorkerPool>,
+    pool: WorkerPool,
     workers: usize,
     ttl: Duration,
     /// Path → what is known about it (the TTL metadata cache).
