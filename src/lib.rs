@@ -36,6 +36,12 @@
 
 #![warn(missing_docs)]
 
+/// The README's Rust examples, compiled by `cargo test --doc` so they stay true to the API
+/// (its other code blocks are marked `text`, `sh` or `toml`).
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctests;
+
 pub mod config;
 pub mod logging;
 pub mod tier;
