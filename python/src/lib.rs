@@ -16,7 +16,8 @@
 //!   finished *and* kvtier holds no reference to the region any more ([`Tier::store_from`]
 //!   returns once every source is released; [`Tier::load_bufs`] once every buffer is home).
 //! * **The GIL is released** whenever a call waits for the runtime (`close`, `delete`, status,
-//!   usage, listing, start-up). Submits never wait: they only send a command.
+//!   usage, listing, start-up). Submits, `unlock` and `touch` never wait: they only send a
+//!   command.
 //! * **Events come before completions.** Usage events (stored, accessed, deleted) reach the
 //!   event channel before the completion of the operation that caused them is queued: after
 //!   each operation the runtime thread sends one more message through the controller's mailbox
@@ -42,7 +43,7 @@ use std::thread;
 
 use kvtier::actors::{ListKeys, TakeResult};
 use kvtier::config::parse_adapter_json;
-use kvtier::{Bitmap, HostRegion, ObjectKey, Tier, TierConfig, TierEvent, UsageEvent};
+use kvtier::{AdapterSpec, Bitmap, HostRegion, ObjectKey, Tier, TierConfig, TierEvent, UsageEvent};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -74,6 +75,7 @@ enum Cmd {
         objs: Vec<Py<PyAny>>,
     },
     Unlock(Vec<ObjectKey>),
+    Touch(Vec<ObjectKey>),
     Delete(Vec<ObjectKey>, flume::Sender<usize>),
     Status(flume::Sender<String>),
     Usage(flume::Sender<String>),
@@ -128,7 +130,7 @@ impl Completions {
             Cmd::List { reply, .. } => {
                 let _ = reply.send(Err((false, "kvtier adapter is closed".into())));
             }
-            Cmd::Unlock(_) | Cmd::Close => {}
+            Cmd::Unlock(_) | Cmd::Touch(_) | Cmd::Close => {}
         }
     }
 }
@@ -204,6 +206,9 @@ async fn serve(tier: Tier, rx: flume::Receiver<Cmd>, done: Completions) {
         match cmd {
             Cmd::Close => break,
             Cmd::Unlock(keys) => tier.unlock(keys),
+            // Sent at once: the backend publishes its `accessed` event before handling any
+            // operation of a later command (mailboxes are first-in first-out).
+            Cmd::Touch(keys) => tier.touch(keys),
             Cmd::Store { task, keys, objs } => running.push(actix_rt::spawn(async move {
                 let n = keys.len();
                 let (_, pairs) = valid(keys);
@@ -338,6 +343,7 @@ pub struct Core {
     closed: AtomicBool,
     next_task: AtomicU64,
     kind: &'static str,
+    storage_kind: &'static str,
 }
 
 impl Core {
@@ -471,6 +477,11 @@ impl Core {
         let adapter = parse_adapter_json(0, adapter_json)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let kind = adapter.spec.kind();
+        let mut spec = &adapter.spec;
+        while let AdapterSpec::FaultInject(f) = spec {
+            spec = &f.inner.spec;
+        }
+        let storage_kind = spec.kind();
         let config = TierConfig::with_adapters(vec![adapter]);
         let fds = [new_eventfd()?, new_eventfd()?, new_eventfd()?];
         let (store_tx, store_rx) = flume::unbounded();
@@ -545,6 +556,7 @@ impl Core {
             closed: AtomicBool::new(false),
             next_task: AtomicU64::new(0),
             kind,
+            storage_kind,
         })
     }
 
@@ -552,6 +564,13 @@ impl Core {
     #[getter]
     fn kind(&self) -> &'static str {
         self.kind
+    }
+
+    /// The type of the adapter that holds the bytes: `kind`, or for a `fault_inject` the type
+    /// of the innermost adapter it wraps (`memory`, `fs`, `s3`, `hfbucket`).
+    #[getter]
+    fn storage_kind(&self) -> &'static str {
+        self.storage_kind
     }
 
     /// The eventfd signalled when a store finishes.
@@ -606,6 +625,17 @@ impl Core {
         Ok(())
     }
 
+    /// Marks keys as just used for kvtier's eviction, without I/O and without a lock: the
+    /// adapter publishes an `accessed` event for the keys it holds (others are ignored), which
+    /// reaches the event channel shortly after (fire-and-forget, like `unlock`).
+    fn touch(&self, keys: &Bound<'_, PyAny>) -> PyResult<()> {
+        let keys: Vec<ObjectKey> = Self::keys(keys)?.into_iter().flatten().collect();
+        if !keys.is_empty() {
+            self.send(Cmd::Touch(keys));
+        }
+        Ok(())
+    }
+
     /// Every finished store not yet popped: a list of (task, success, bytes of new keys).
     fn pop_stores(&self) -> Vec<(u64, bool, u64)> {
         self.store_rx
@@ -639,10 +669,11 @@ impl Core {
     }
 
     /// Usage events since the last call, in order: a list of (kind, keys, sizes), kind being
-    /// `"stored"`, `"accessed"` or `"deleted"`, each key a tuple (chunk_hash, model_name,
-    /// kv_rank, object_group_id, cache_salt). With `wait_s`, when there is none yet, waits up
-    /// to that many seconds (GIL released) for the first one: events the runtime publishes on
-    /// its own, such as deletions by kvtier's evictor, arrive without any call from LMCache.
+    /// `"stored"`, `"accessed"` (lookup hits and touches) or `"deleted"`, each key a tuple
+    /// (chunk_hash, model_name, kv_rank, object_group_id, cache_salt). With `wait_s`, when
+    /// there is none yet, waits up to that many seconds (GIL released) for the first one:
+    /// events the runtime publishes on its own, such as deletions by kvtier's evictor, arrive
+    /// without any call from LMCache.
     #[pyo3(signature = (wait_s=None))]
     fn drain_events(
         &self,

@@ -1,7 +1,12 @@
-"""kvtier as LMCache 0.5.6's L2 adapter, driven only through LMCache: its ``--l2-adapter``
-parser and factory build the adapter (``{"type": "plugin", "module_path": "kvtier.lmcache",
-...}``), and every call is one of ``L2AdapterInterface``'s. Completions are awaited on the
-adapter's eventfds (poll with a generous timeout), never by sleeping.
+"""kvtier as LMCache's L2 adapter, driven only through LMCache: its ``--l2-adapter`` parser and
+factory build the adapter (``{"type": "plugin", "module_path": "kvtier.lmcache", ...}``), and
+every call is one of ``L2AdapterInterface``'s. Completions are awaited on the adapter's eventfds
+(poll with a generous timeout), never by sleeping.
+
+The suite runs on whichever LMCache the interpreter has: ``scripts/test-all.sh`` runs all of it
+on 0.5.6 and on 0.5.7rc2 (``scripts/lmcache-venv.sh --lmcache 0.5.7rc2``). What only 0.5.7 has
+(memory tags, ``StorageManager.touch_cached_keys``) is checked where it exists, and its absence
+where it does not: nothing is skipped.
 """
 
 from __future__ import annotations
@@ -19,6 +24,11 @@ from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryObjMetadata, TensorMemoryObj
 
 TIMEOUT = 120.0
+
+try:  # LMCache >= 0.5.7
+    from lmcache.v1.distributed.api import MemoryResidency, MemorySegment, MemoryTags
+except ImportError:  # LMCache 0.5.6
+    MemoryTags = None
 
 
 # -- helpers ----------------------------------------------------------------------------------
@@ -173,6 +183,17 @@ def test_bad_field_is_a_value_error_naming_it(params, field):
     assert time.monotonic() - started < 10
 
 
+def test_lmcache_version_under_test():
+    import importlib.metadata
+
+    import lmcache
+
+    version = importlib.metadata.version("lmcache")
+    print(f"\nLMCache {version} from {lmcache.__file__}")
+    assert version in ("0.5.6", "0.5.7rc2"), version
+    assert (MemoryTags is None) == (version == "0.5.6")
+
+
 def test_event_fds_are_distinct(make_adapter, tmp_path):
     a = make_adapter(plugin_spec({"type": "memory"}))
     b = make_adapter(plugin_spec({"type": "fs", "base_path": str(tmp_path)}))
@@ -305,6 +326,96 @@ def test_submits_after_close_fail_at_once(backend):
     assert a.report_status()["is_healthy"] is False
 
 
+# -- memory tags (LMCache >= 0.5.7) ----------------------------------------------------------
+
+
+def wait_until_heard(a, what, timeout: float = 30.0) -> None:
+    """Delivers kvtier's events (``wait_for_events`` returns as soon as one arrives) until
+    ``what()`` is true: for events kvtier publishes on its own, after the call that caused them."""
+    deadline = time.monotonic() + timeout
+    while not what() and time.monotonic() < deadline:
+        a.wait_for_events(timeout=max(0.0, deadline - time.monotonic()))
+    assert what(), "the expected events never arrived"
+
+
+@pytest.mark.parametrize("wrapped", [False, True], ids=["plain", "fault_inject"])
+def test_memory_tags_per_backend(make_adapter, backend, wrapped):
+    """Where the bytes live, as LMCache's own adapters of the same stores answer: memory and fs
+    are local storage, s3 and hfbucket remote; a fault_inject answers for what it wraps. On
+    0.5.6 (no memory tags) the method exists and says it is not available."""
+    params = {"type": "fault_inject", "inner": backend} if wrapped else backend
+    a = make_adapter(plugin_spec(params))
+    if MemoryTags is None:
+        with pytest.raises(NotImplementedError):
+            a.get_memory_tags()
+        return
+    local = backend["type"] in ("memory", "fs")
+    want = MemoryTags(MemorySegment.STORAGE,
+                      MemoryResidency.LOCAL if local else MemoryResidency.REMOTE)
+    assert a.get_memory_tags() == want
+    if backend["type"] == "memory":
+        # The in-memory store LMCache ships ("mock") answers the same.
+        mock = make_adapter({"type": "mock", "max_size_gb": 0.01, "mock_bandwidth_gb": 10})
+        assert mock.get_memory_tags() == want
+
+
+def _same_tags(kv, lm) -> None:
+    """On LMCache >= 0.5.7: kvtier's adapter and LMCache's adapter of the same store agree."""
+    if MemoryTags is not None:
+        assert kv.get_memory_tags() == lm.get_memory_tags()
+
+
+# -- touch: recency without I/O ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("touch", [False, True], ids=["untouched", "touched"])
+def test_touch_keeps_a_key_through_kvtiers_eviction(make_adapter, touch):
+    """kvtier evicts (an eviction table): five 100-byte keys stored one by one into 500 bytes,
+    LRU, watermark 1.0, ratio 0.2, so the fifth store evicts the least recently used key. A
+    submit_touch of the oldest key before that store saves it and the next oldest goes;
+    without the touch the oldest goes."""
+    a = make_adapter(plugin_spec({"type": "memory", "max_capacity_gb": 500 / 1024**3,
+                                  "eviction": {"eviction_policy": "LRU",
+                                               "trigger_watermark": 1.0,
+                                               "eviction_ratio": 0.2}}))
+    rec = Recorder()
+    a.register_listener(rec)
+    keys = keys_for(unique("m/"), 5)
+    for k in keys[:4]:
+        assert store(a, [k], [mobj(100, fill=1)]).is_successful()
+    if touch:
+        a.submit_touch([keys[0]])
+    assert store(a, [keys[4]], [mobj(100, fill=1)]).is_successful()
+    # The touch's `accessed` came before the store's events, which are delivered with its result.
+    assert rec.accessed == ([keys[0]] if touch else [])
+    wait_until_heard(a, lambda: rec.deleted)
+    gone = keys[1] if touch else keys[0]
+    assert rec.deleted == [gone]
+    assert lookup(a, keys) == [k != gone for k in keys]
+    a.submit_unlock([k for k in keys if k != gone])
+    assert a.get_usage().total_bytes_used == 400
+
+
+def test_touch_is_accessed_for_held_keys_without_io(make_adapter, backend):
+    """LMCache's listeners hear `accessed` for the touched keys kvtier holds (not for others),
+    and the store is never called: every probe, read, removal and listing of the wrapped store
+    would fail (and be counted), yet nothing is injected."""
+    a = make_adapter(plugin_spec({"type": "fault_inject", "inner": backend, "error_rates": {
+        "head": 1.0, "get": 1.0, "remove": 1.0, "list": 1.0}}))
+    rec = Recorder()
+    a.register_listener(rec)
+    model = unique("m/")
+    keys = keys_for(model, 2)
+    assert store(a, keys, [mobj(1000, fill=1), mobj(1000, fill=2)]).is_successful()
+    injected = a.report_status()["details"]["injected_total"]
+    a.submit_touch([keys[1], keys_for(model, 1, start=50)[0]])
+    a.submit_touch([])
+    wait_until_heard(a, lambda: rec.accessed)
+    assert rec.accessed == [keys[1]]
+    assert a.report_status()["details"]["injected_total"] == injected
+    assert a.get_usage().total_bytes_used == 2000
+
+
 # -- eviction: one evictor per adapter --------------------------------------------------------
 
 
@@ -381,6 +492,7 @@ def _interop(kv, lm, model=None):
     listed = {(e.key, e.size_bytes) for e in kv.list_l2_keys(model_name=model).entries}
     assert listed == {(k.to_encoded_object_key(), 3000) for k in a_keys} | {
         (k.to_encoded_object_key(), 2500) for k in b_keys}
+    _same_tags(kv, lm)
 
 
 def test_interop_with_lmcache_s3(make_adapter, garage):
@@ -631,6 +743,7 @@ def test_end_to_end_through_lmcache_storage_manager(tmp_path):
         keys = keys_for(unique("m/"), 4)
         all_stored = threading.Event()
         seen: set = set()
+        accessed: list = []
 
         class Listener:
             def on_l2_keys_stored(self, ks, sizes):
@@ -639,7 +752,7 @@ def test_end_to_end_through_lmcache_storage_manager(tmp_path):
                     all_stored.set()
 
             def on_l2_keys_accessed(self, ks):
-                pass
+                accessed.extend(ks)
 
             def on_l2_keys_deleted(self, ks):
                 pass
@@ -668,6 +781,16 @@ def test_end_to_end_through_lmcache_storage_manager(tmp_path):
         with sm.read_prefetched_results(keys) as objs:
             assert objs is not None
             assert [data(o) for o in objs] == [want[k] for k in keys]
+
+        # LMCache >= 0.5.7 keeps a cached prefix recent in L1 and L2 without I/O: kvtier's
+        # submit_touch, heard by LMCache's listeners as `accessed`.
+        if MemoryTags is None:
+            assert not hasattr(sm, "touch_cached_keys")
+        else:
+            heard = len(accessed)
+            sm.touch_cached_keys(keys)
+            wait_until_heard(adapter, lambda: len(accessed) > heard)
+            assert accessed[heard:] == keys
     finally:
         sm.close()
 

@@ -1,4 +1,4 @@
-"""kvtier as an LMCache 0.5 L2 adapter plugin.
+"""kvtier as an LMCache 0.5 L2 adapter plugin (tested with LMCache 0.5.6 and 0.5.7rc2).
 
 Use it from LMCache's own configuration (no change to LMCache)::
 
@@ -18,6 +18,19 @@ opened. Two defaults differ from the ``kvtier`` command line, both because LMCac
   evicts, and the adapter declares no capacity to LMCache (``supports_global_eviction`` is
   false), so the two evictors never both run on one adapter.
 
+LMCache versions. The class implements the interface of both 0.5.6 and 0.5.7rc2; what 0.5.7
+added is there on 0.5.6 too, unused:
+
+* ``get_memory_tags()`` (abstract in 0.5.7: without it LMCache cannot build the adapter) answers
+  as LMCache's own adapters of the same stores do: ``(STORAGE, LOCAL)`` for ``memory`` and
+  ``fs``, ``(STORAGE, REMOTE)`` for ``s3`` and ``hfbucket``; a ``fault_inject`` answers for the
+  adapter it wraps. ``MemoryTags`` is imported only if LMCache has it, so the module loads on
+  0.5.6 (where the method raises ``NotImplementedError``; nothing calls it there).
+* ``submit_touch(keys)`` (0.5.7 calls it on lookups, to keep a cached prefix recent) reaches
+  kvtier's evictor as a recency update, exactly as a lookup hit does, with no storage call and
+  no lock; LMCache's listeners then hear ``accessed`` for the keys kvtier holds.
+* 0.5.7 refuses an ``affinity_tag`` key in adapter configurations; nothing here writes one.
+
 Invariants (the Rust side, ``kvtier._native``, documents its own):
 
 * No Python thread and no asyncio loop: kvtier's runtime thread writes the three eventfds.
@@ -25,9 +38,10 @@ Invariants (the Rust side, ``kvtier._native``, documents its own):
   runtime holds a reference to every ``MemoryObj`` until its task has finished.
 * Listeners and byte accounting go through the base class (``_notify_keys_stored`` /
   ``_accessed`` / ``_deleted``), fed by kvtier's own usage events: stores of new keys, keys a
-  lookup found, lookup hits, deletions and evictions. They are delivered on the caller's
-  thread, at the next call into the adapter (every public method drains them first; a
-  result is only handed out after the events of its task have been delivered).
+  lookup found, lookup hits and touches of held keys, deletions and evictions. They are
+  delivered on the caller's thread, at the next call into the adapter (every public method
+  drains them first; a result is only handed out after the events of its task have been
+  delivered; a touch's own ``accessed`` comes at a later call, as ``submit_touch`` never waits).
 """
 
 from __future__ import annotations
@@ -43,6 +57,11 @@ from lmcache.v1.distributed.l2_adapters.base import L2AdapterInterface, L2TaskId
 
 from kvtier._native import Core, allocator
 
+try:  # LMCache >= 0.5.7; 0.5.6 has no memory tags (and never asks for them).
+    from lmcache.v1.distributed.api import MemoryResidency, MemorySegment, MemoryTags
+except ImportError:  # pragma: no cover - depends on the LMCache installed
+    MemoryResidency = MemorySegment = MemoryTags = None  # type: ignore[assignment,misc]
+
 if TYPE_CHECKING:
     from lmcache.v1.distributed.api import MemoryLayoutDesc
     from lmcache.v1.memory_management import MemoryObj
@@ -50,6 +69,11 @@ if TYPE_CHECKING:
 __all__ = ["KvtierL2Adapter"]
 
 _GIB = 1024**3
+
+# Where the bytes of each kind of kvtier store live, as LMCache's own adapters answer
+# ``get_memory_tags``: its s3 and hfbucket adapters are REMOTE, its mock (memory) adapter and its
+# fs adapter (unless configured ``shared``, which kvtier's fs adapter has no notion of) LOCAL.
+_RESIDENCY = {"memory": "LOCAL", "fs": "LOCAL", "s3": "REMOTE", "hfbucket": "REMOTE"}
 
 
 def _py_key(t: tuple) -> ObjectKey:
@@ -190,6 +214,16 @@ class KvtierL2Adapter(L2AdapterInterface):
     def submit_unlock(self, keys: list[ObjectKey]) -> None:
         self._core.unlock(keys)
 
+    def submit_touch(self, keys: list[ObjectKey]) -> None:
+        """Marks keys as just used, moving no bytes (LMCache >= 0.5.7 calls it to keep a cached
+        prefix's recency). kvtier's evictor takes it as a lookup hit, with no storage call and
+        no lock; LMCache's listeners hear ``accessed`` for the keys kvtier holds (others are
+        ignored), delivered like every kvtier event at the next call into the adapter. Never
+        waits for the runtime."""
+        self._deliver_events()
+        if keys:
+            self._core.touch(keys)
+
     # -- load -------------------------------------------------------------------------------
 
     def submit_load_task(self, keys: list[ObjectKey], objects: list[MemoryObj]) -> L2TaskId:
@@ -201,6 +235,15 @@ class KvtierL2Adapter(L2AdapterInterface):
         return None if bits is None else _bitmap(bits)
 
     # -- eviction, listing, status --------------------------------------------------------
+
+    def get_memory_tags(self) -> MemoryTags:
+        """Where the bytes live (LMCache >= 0.5.7, for prefetch filtering and L1 affinity):
+        ``(STORAGE, LOCAL)`` for ``memory`` and ``fs``, ``(STORAGE, REMOTE)`` for ``s3`` and
+        ``hfbucket``; a ``fault_inject`` answers for the adapter it wraps."""
+        if MemoryTags is None:
+            raise NotImplementedError("memory tags need LMCache >= 0.5.7")
+        residency = _RESIDENCY[self._core.storage_kind]
+        return MemoryTags(MemorySegment.STORAGE, MemoryResidency[residency])
 
     def delete(self, keys: list[ObjectKey]) -> None:
         """Removes keys; locked keys and keys with a store in flight are skipped, and
