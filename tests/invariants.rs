@@ -1,5 +1,7 @@
-//! Invariants under random operations (proptest), against `memory`, `fs`, and `fault_inject`
-//! wrapping `memory` with nonzero error rates, with the `LRU` policy; and against `memory` with
+//! Invariants under random operations (proptest), against `memory`, `fs`, `fault_inject`
+//! wrapping `memory` with nonzero error rates, `s3` on a Garage server and `hfbucket` on the Hub
+//! emulator (both started by the test; fewer operations, as each one is a network round trip),
+//! with the `LRU` policy; and against `memory` with
 //! every other policy that evicts (`ARC`, `SLRU` and `FLRU` with byte budgets, `FLRU` in each
 //! of its `flru_admission` modes, `IsolatedLRU` with quotas), so the lock invariant holds
 //! whatever a policy offers.
@@ -24,7 +26,8 @@
 //!   `watermark × quota`, a salt without quota to nothing, unless its locked keys hold it up).
 //!
 //! Each test runs rounds of cases (each case up to 1500 operations) until at least 10,000
-//! operations ran, and prints the count and time. A failing case is shrunk to a short operation
+//! operations ran (`s3`: 2,000, `hfbucket`: 600, each case on a key prefix of its own), and
+//! prints the count and time. A failing case is shrunk to a short operation
 //! sequence, printed in the panic.
 
 mod support;
@@ -36,6 +39,8 @@ use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
+#[cfg(feature = "hfbucket")]
+use kvtier::actors::backends::hfbucket::HfBucketConfig;
 use kvtier::actors::backends::memory::MemoryConfig;
 use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, FlruAdmission, GIB};
 use kvtier::actors::eviction::GetLruOrder;
@@ -43,6 +48,10 @@ use kvtier::actors::ListKeys;
 use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
+#[cfg(feature = "s3")]
+use support::garage::Garage;
+#[cfg(feature = "hfbucket")]
+use support::hub::HubEmulator;
 
 /// Keys in play: few, so operations collide.
 const KEYS: u8 = 16;
@@ -148,13 +157,95 @@ enum Backend {
     Memory,
     Fs,
     FaultyMemory,
+    #[cfg(feature = "s3")]
+    S3,
+    #[cfg(feature = "hfbucket")]
+    HfBucket,
+}
+
+/// The server a remote backend's cases run against: started once per test; each case gets a
+/// key prefix of its own, so it starts on an empty store.
+enum Remote {
+    Local,
+    #[cfg(feature = "s3")]
+    Garage(Box<Garage>),
+    #[cfg(feature = "hfbucket")]
+    Hub(HubEmulator),
+}
+
+#[cfg(feature = "s3")]
+const S3_BUCKET: &str = "kvtier-invariants";
+#[cfg(feature = "hfbucket")]
+const HUB_TOKEN: &str = "hf_invariants_token";
+#[cfg(feature = "hfbucket")]
+const HUB_BUCKET: &str = "kvtier-org/invariants";
+
+/// Cases started so far: the key prefix of the next remote case.
+static CASE: AtomicU64 = AtomicU64::new(0);
+
+impl Remote {
+    fn start(backend: Backend) -> Remote {
+        match backend {
+            #[cfg(feature = "s3")]
+            Backend::S3 => {
+                let garage = Garage::start();
+                garage.create_bucket(S3_BUCKET);
+                Remote::Garage(Box::new(garage))
+            }
+            #[cfg(feature = "hfbucket")]
+            Backend::HfBucket => {
+                let hub = HubEmulator::start(HUB_TOKEN);
+                hub.create_bucket(HUB_BUCKET);
+                Remote::Hub(hub)
+            }
+            _ => Remote::Local,
+        }
+    }
+
+    /// The adapter of a remote case, on a prefix no other case uses.
+    fn adapter(&self) -> Option<AdapterConfig> {
+        let prefix = format!("case{}", CASE.fetch_add(1, Ordering::Relaxed));
+        let spec = match self {
+            Remote::Local => return None,
+            #[cfg(feature = "s3")]
+            Remote::Garage(g) => {
+                let mut c = kvtier::actors::backends::s3::S3Config::for_endpoint(
+                    &g.s3_endpoint,
+                    S3_BUCKET,
+                    &g.region,
+                    &g.access_key_id,
+                    &g.secret_access_key,
+                );
+                c.s3_key_prefix = Some(prefix);
+                AdapterSpec::S3(c)
+            }
+            #[cfg(feature = "hfbucket")]
+            Remote::Hub(hub) => {
+                let mut c = HfBucketConfig::new(format!("hf://buckets/{HUB_BUCKET}/{prefix}"));
+                c.token = Some(kvtier::actors::config::Secret::new(HUB_TOKEN));
+                c.token_env = "KVTIER_TEST_NO_SUCH_VAR".into();
+                c.hf_endpoint = Some(hub.endpoint().to_owned());
+                AdapterSpec::HfBucket(c)
+            }
+        };
+        Some(AdapterConfig::new(spec))
+    }
 }
 
 /// The policy of a run: its name and, for `FLRU`, its `flru_admission` (`None`: the default).
 type Policy = (EvictionPolicy, Option<FlruAdmission>);
 
-fn adapter(backend: Backend, (policy, admission): Policy, dir: &std::path::Path) -> AdapterConfig {
+fn adapter(
+    backend: Backend,
+    (policy, admission): Policy,
+    dir: &std::path::Path,
+    remote: &Remote,
+) -> AdapterConfig {
     let mut a = match backend {
+        #[cfg(feature = "s3")]
+        Backend::S3 => remote.adapter().expect("a Garage"),
+        #[cfg(feature = "hfbucket")]
+        Backend::HfBucket => remote.adapter().expect("a Hub emulator"),
         Backend::Memory => AdapterConfig::memory(),
         Backend::Fs => AdapterConfig::fs(dir),
         Backend::FaultyMemory => {
@@ -335,11 +426,16 @@ async fn watermark_check(
     }
 }
 
-async fn run(backend: Backend, policy: Policy, ops: Vec<Op>) -> Result<(), TestCaseError> {
+async fn run(
+    backend: Backend,
+    policy: Policy,
+    remote: &Remote,
+    ops: Vec<Op>,
+) -> Result<(), TestCaseError> {
     let dir = tempfile::TempDir::new().unwrap();
     let tier = Tier::start(&{
         let mut built = TierConfig::default();
-        built.adapters = vec![adapter(backend, policy, dir.path())];
+        built.adapters = vec![adapter(backend, policy, dir.path(), remote)];
         built.eviction_interval_ms = 20;
         built
     })
@@ -487,15 +583,21 @@ async fn run(backend: Backend, policy: Policy, ops: Vec<Op>) -> Result<(), TestC
         Ok(())
     }
     .await;
-    tier.shutdown();
+    tier.close().await;
     result
 }
 
 fn check(backend: Backend, policy: Policy) {
+    check_at_least(backend, policy, MIN_TOTAL_OPS)
+}
+
+/// Runs rounds of cases until `min_ops` operations ran.
+fn check_at_least(backend: Backend, policy: Policy, min_ops: usize) {
+    let remote = Remote::start(backend);
     let total = Cell::new(0usize);
     let cases = Cell::new(0usize);
     let started = Instant::now();
-    while total.get() < MIN_TOTAL_OPS {
+    while total.get() < min_ops {
         let mut runner = TestRunner::new(Config {
             cases: CASES,
             failure_persistence: None,
@@ -505,7 +607,7 @@ fn check(backend: Backend, policy: Policy) {
         let result = runner.run(&ops(), |ops| {
             total.set(total.get() + ops.len());
             cases.set(cases.get() + 1);
-            actix_rt::System::new().block_on(run(backend, policy, ops))
+            actix_rt::System::new().block_on(run(backend, policy, &remote, ops))
         });
         if let Err(e) = result {
             panic!("{backend:?} {policy:?}: {e}");
@@ -521,7 +623,7 @@ fn check(backend: Backend, policy: Policy) {
         eprintln!("{backend:?}: {faults} faults injected");
         assert!(faults > 0, "the faulty backend injected faults");
     }
-    assert!(total >= 10_000, "{total} operations");
+    assert!(total >= min_ops, "{total} operations");
 }
 
 #[test]
@@ -532,6 +634,21 @@ fn invariants_memory() {
 #[test]
 fn invariants_fs() {
     check(Backend::Fs, (EvictionPolicy::Lru, None));
+}
+
+/// On Garage: every operation is an S3 request (lookups HEAD, loads GET, listings LIST), so
+/// fewer operations than the local backends.
+#[cfg(feature = "s3")]
+#[test]
+fn invariants_s3() {
+    check_at_least(Backend::S3, (EvictionPolicy::Lru, None), 2_000);
+}
+
+/// On the Hub emulator, whose stores go through Xet's CAS: fewer operations still.
+#[cfg(feature = "hfbucket")]
+#[test]
+fn invariants_hfbucket() {
+    check_at_least(Backend::HfBucket, (EvictionPolicy::Lru, None), 600);
 }
 
 #[test]
