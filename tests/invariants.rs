@@ -181,6 +181,7 @@ const HUB_TOKEN: &str = "hf_invariants_token";
 const HUB_BUCKET: &str = "kvtier-org/invariants";
 
 /// Cases started so far: the key prefix of the next remote case.
+#[cfg(any(feature = "s3", feature = "hfbucket"))]
 static CASE: AtomicU64 = AtomicU64::new(0);
 
 impl Remote {
@@ -203,6 +204,7 @@ impl Remote {
     }
 
     /// The adapter of a remote case, on a prefix no other case uses.
+    #[cfg(any(feature = "s3", feature = "hfbucket"))]
     fn adapter(&self) -> Option<AdapterConfig> {
         let prefix = format!("case{}", CASE.fetch_add(1, Ordering::Relaxed));
         let spec = match self {
@@ -235,6 +237,10 @@ impl Remote {
 /// The policy of a run: its name and, for `FLRU`, its `flru_admission` (`None`: the default).
 type Policy = (EvictionPolicy, Option<FlruAdmission>);
 
+#[cfg_attr(
+    not(any(feature = "s3", feature = "hfbucket")),
+    allow(unused_variables)
+)]
 fn adapter(
     backend: Backend,
     (policy, admission): Policy,
