@@ -159,6 +159,10 @@ pub struct LoadBuf {
     target: Option<Box<dyn LoadTarget>>,
     /// Innermost borrower last.
     homes: Vec<Home>,
+    /// A byte to flip "in flight" (`fault_inject`'s `corrupt_body_rate`): applied by a storage
+    /// between reading the body and checking it ([`LoadBuf::apply_injected_flip`]), or, by a
+    /// storage with no check of its own, when the buffer is dropped (after the read).
+    flip: Option<usize>,
 }
 
 impl LoadBuf {
@@ -167,6 +171,24 @@ impl LoadBuf {
         Self {
             target: Some(Box::new(target)),
             homes: Vec::new(),
+            flip: None,
+        }
+    }
+
+    /// Asks for byte `at` (modulo the length) to be flipped on its way from the store: fault
+    /// injection of a body changed in flight, with the size kept.
+    pub(crate) fn inject_flip(&mut self, at: usize) {
+        self.flip = Some(at);
+    }
+
+    /// Applies an injected flip now (a storage calls this after reading the body and before
+    /// checking it, where corruption in flight would happen). No-op without one.
+    pub(crate) fn apply_injected_flip(&mut self) {
+        if let Some(at) = self.flip.take() {
+            let len = self.len();
+            if len > 0 {
+                self[at % len] ^= 0x01;
+            }
         }
     }
 
@@ -242,6 +264,10 @@ impl From<HostRegion> for LoadBuf {
 
 impl Drop for LoadBuf {
     fn drop(&mut self) {
+        // A storage that does not check bodies lets an injected flip through, after its read.
+        if self.flip.is_some() && self.target.is_some() {
+            self.apply_injected_flip();
+        }
         let Some(mut target) = self.target.take() else {
             return;
         };
@@ -251,6 +277,7 @@ impl Drop for LoadBuf {
             let back = LoadBuf {
                 target: Some(target),
                 homes: std::mem::take(&mut self.homes),
+                flip: None,
             };
             match home.tx.send((home.index, back)) {
                 Ok(()) => return,
