@@ -24,6 +24,10 @@
 //!   host reuses or frees the region.
 //! * A load writes a buffer completely or reports a miss; a miss may leave partial bytes of an
 //!   aborted transfer (the caller must not read a missed buffer), but never changes its length.
+//! * A buffer may carry one injected bit flip (`fault_inject`'s `corrupt_body_rate`, set only by
+//!   that wrapper): a storage that checks bodies applies it between its read and its check; any
+//!   other storage lets it through when it drops the buffer. Either way the flip happens before
+//!   the buffer reaches its home, never after (so a reply never changes under the caller).
 
 use std::any::Any;
 use std::fmt;
