@@ -31,6 +31,15 @@
 //! holds and that are not being deleted, so eviction sees the same recency update as for a lookup
 //! hit, without I/O and without a lock.
 //!
+//! **Corrupt objects are never served, then removed.** A load whose bytes do not match the
+//! object's stored checksum ([`Fetched::Corrupt`]) is a miss, counted
+//! (`kvtier_corrupt_objects_total`). The object is then deleted as a [`Delete`] would (a
+//! message to this actor): at once when the key is unlocked and not busy; when it is locked
+//! (the usual case: a load follows a lookup-and-lock), the key is marked corrupt, lookups miss
+//! it from then on, and its last unlock deletes it (a lock is never broken). A successful store
+//! of the key clears the mark. [`Verify`] (`kvtier scrub`) checks objects on the storage's
+//! worker pool and, with `delete_corrupt`, removes the corrupt ones the same way.
+//!
 //! Keys the adapter's name format cannot name (a non-zero `object_group_id` in the `seed`
 //! format, see [`ObjectKey::check_name_format`]) never reach the storage: a store fails for
 //! that key, a lookup and a load miss (the buffer comes back untouched), a delete skips it.
@@ -127,6 +136,8 @@ pub struct BackendActor {
     metrics: AdapterMetrics,
     /// The cache salts with a usage series, and the ledger change they were read at.
     salts_shown: (Vec<String>, u64),
+    /// Keys found corrupt while locked: lookups miss them; the last unlock deletes them.
+    corrupt: KeySet,
 }
 
 /// Identifies one [`Store`] request while its items are written.
@@ -235,6 +246,7 @@ impl BackendActor {
             probes: Probes::default(),
             metrics: AdapterMetrics::off(),
             salts_shown: (Vec::new(), u64::MAX),
+            corrupt: KeySet::default(),
         }
     }
 
@@ -417,6 +429,7 @@ impl BackendActor {
             };
             match failure {
                 None => {
+                    self.corrupt.remove(&key);
                     batch.outcome.stored_bytes += size;
                     if self.ledger.insert(&key, size) {
                         batch.outcome.new_bytes += size;
@@ -747,7 +760,7 @@ impl Handler<LookupAndLock> for BackendActor {
         let mut known = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
         for (i, key) in msg.keys.into_iter().enumerate() {
-            if self.deleting.contains(&key) || !self.nameable(&key) {
+            if self.deleting.contains(&key) || self.corrupt.contains(&key) || !self.nameable(&key) {
                 continue;
             }
             known.push(self.ledger.sizes.get(&key).copied());
@@ -780,6 +793,7 @@ impl Handler<LookupAndLock> for BackendActor {
                     Some(size)
                         if size > 0
                             && !act.deleting.contains(&key)
+                            && !act.corrupt.contains(&key)
                             && !act.probes.deleted_since(&key, since) =>
                     {
                         hits.set(i, true);
@@ -831,8 +845,10 @@ impl BackendActor {
         results: Vec<Result<Fetched, BackendError>>,
         started: Started,
         lens: Vec<u64>,
+        ctx: &mut Context<Self>,
     ) -> Bitmap {
         let mut hits = Bitmap::zeros(keys.len());
+        let mut corrupt = Vec::new();
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
         let (mut hit_bytes, mut hit_keys, mut missed) = (0u64, 0usize, 0usize);
@@ -846,6 +862,18 @@ impl BackendActor {
                 Ok(Fetched::SizeMismatch { actual }) => {
                     missed += 1;
                     tracing::debug!(adapter = self.index, key = %key, actual, "load size mismatch: miss")
+                }
+                Ok(Fetched::Corrupt { expected, actual }) => {
+                    missed += 1;
+                    tracing::warn!(
+                        adapter = self.index,
+                        kind = self.storage.kind(),
+                        key = %key,
+                        expected = format_args!("{expected:08x}"),
+                        actual = format_args!("{actual:08x}"),
+                        "corrupt object (checksum mismatch): a miss, and removed"
+                    );
+                    corrupt.push(key);
                 }
                 Ok(Fetched::Absent) => {
                     missed += 1;
@@ -863,6 +891,10 @@ impl BackendActor {
         started.outcome(hit_keys, missed);
         self.metrics.loaded(hit_keys, hit_bytes, missed);
         self.metrics.finish(started);
+        if !corrupt.is_empty() {
+            self.metrics.corrupt(corrupt.len());
+            self.remove_corrupt(corrupt, ctx);
+        }
         if !gone.is_empty() {
             self.publish(UsageEventKind::Deleted {
                 keys: gone,
@@ -870,6 +902,27 @@ impl BackendActor {
             });
         }
         hits
+    }
+}
+
+impl BackendActor {
+    /// Deletes corrupt objects: the unlocked ones now (through a [`Delete`] to this actor,
+    /// which skips busy keys), the locked ones at their last unlock (see the module docs).
+    fn remove_corrupt(&mut self, keys: Vec<ObjectKey>, ctx: &mut Context<Self>) {
+        let mut now = Vec::new();
+        for key in keys {
+            if self.locks.contains_key(&key) {
+                self.corrupt.insert(key);
+            } else {
+                now.push(key);
+            }
+        }
+        if !now.is_empty() {
+            ctx.address().do_send(Delete {
+                keys: now,
+                adapter: None,
+            });
+        }
     }
 }
 
@@ -889,7 +942,7 @@ fn reply_when_home(hits: Bitmap, mut home: Homecoming) -> ActorResponse<BackendA
 impl Handler<Load> for BackendActor {
     type Result = ActorResponse<Self, LoadReport>;
 
-    fn handle(&mut self, msg: Load, _: &mut Context<Self>) -> Self::Result {
+    fn handle(&mut self, msg: Load, ctx: &mut Context<Self>) -> Self::Result {
         if msg.keys.len() != msg.buffers.len() {
             tracing::warn!(
                 adapter = self.index,
@@ -914,12 +967,14 @@ impl Handler<Load> for BackendActor {
             .get(items)
             .map(move |results| merge_unnameable(results, unnameable));
         match self.now_or_later(io) {
-            Ok(results) => reply_when_home(self.finish_load(keys, results, started, lens), home),
+            Ok(results) => {
+                reply_when_home(self.finish_load(keys, results, started, lens, ctx), home)
+            }
             Err(fut) => ActorResponse::r#async(Box::pin(
                 wrap_future::<_, Self>(fut)
-                    .map(move |finish, act, _| {
+                    .map(move |finish, act, ctx| {
                         let results = finish(act.storage_any());
-                        act.finish_load(keys, results, started, lens)
+                        act.finish_load(keys, results, started, lens, ctx)
                     })
                     .then(move |hits, _, _| {
                         wrap_future(async move {
@@ -937,16 +992,23 @@ impl Handler<Load> for BackendActor {
 impl Handler<Unlock> for BackendActor {
     type Result = ();
 
-    fn handle(&mut self, msg: Unlock, _: &mut Context<Self>) {
+    fn handle(&mut self, msg: Unlock, ctx: &mut Context<Self>) {
+        let mut corrupt = Vec::new();
         for key in &msg.keys {
             if let Some(n) = self.locks.get_mut(key) {
                 *n -= 1;
                 if *n == 0 {
                     self.locks.remove(key);
+                    if self.corrupt.remove(key) {
+                        corrupt.push(key.clone());
+                    }
                 }
             }
         }
         self.metrics.set_locked(self.locks.len());
+        if !corrupt.is_empty() {
+            self.remove_corrupt(corrupt, ctx);
+        }
     }
 }
 
@@ -1041,6 +1103,58 @@ impl Handler<ListKeys> for BackendActor {
         };
         let io = self.storage.list(msg.model, msg.cursor, limit);
         self.respond(io, ctx, |res, _, _| res)
+    }
+}
+
+impl Handler<Verify> for BackendActor {
+    type Result = ResponseActFuture<Self, Result<VerifyReport, BackendError>>;
+
+    fn handle(&mut self, msg: Verify, ctx: &mut Context<Self>) -> Self::Result {
+        let keys = msg.keys;
+        let io = self.storage.verify(keys.clone());
+        let addr = ctx.address();
+        let delete = msg.delete_corrupt;
+        let checked = match self.now_or_later(io) {
+            Ok(v) => Box::pin(actix::fut::ready(v)) as ResponseActFuture<Self, _>,
+            Err(fut) => Box::pin(
+                wrap_future::<_, Self>(fut).map(|finish, act, _| finish(act.storage_any())),
+            ),
+        };
+        Box::pin(
+            checked
+                .map(move |results, act: &mut Self, _| {
+                    let corrupt: Vec<ObjectKey> = keys
+                        .iter()
+                        .zip(&results)
+                        .filter(|(_, r)| matches!(r, Ok(crate::storage::Verdict::Corrupt(_))))
+                        .map(|(k, _)| k.clone())
+                        .collect();
+                    act.metrics.corrupt(corrupt.len());
+                    if delete {
+                        // Locked keys go at their last unlock; lookups miss them meanwhile.
+                        for k in corrupt.iter().filter(|k| act.locks.contains_key(*k)) {
+                            act.corrupt.insert(k.clone());
+                        }
+                    }
+                    (keys.into_iter().zip(results).collect::<Vec<_>>(), corrupt)
+                })
+                .then(move |(results, corrupt), _, _| {
+                    wrap_future(async move {
+                        let deleted = if delete && !corrupt.is_empty() {
+                            addr.send(Delete {
+                                keys: corrupt,
+                                adapter: None,
+                            })
+                            .await
+                            .map(|r| r.adapters.into_iter().flat_map(|(_, k)| k).collect())
+                            .unwrap_or_default()
+                        } else {
+                            Vec::new()
+                        };
+                        Ok(VerifyReport { results, deleted })
+                    })
+                }),
+        )
     }
 }
 

@@ -24,6 +24,10 @@
 //!   host reuses or frees the region.
 //! * A load writes a buffer completely or reports a miss; a miss may leave partial bytes of an
 //!   aborted transfer (the caller must not read a missed buffer), but never changes its length.
+//! * A buffer may carry one injected bit flip (`fault_inject`'s `corrupt_body_rate`, set only by
+//!   that wrapper): a storage that checks bodies applies it between its read and its check; any
+//!   other storage lets it through when it drops the buffer. Either way the flip happens before
+//!   the buffer reaches its home, never after (so a reply never changes under the caller).
 
 use std::any::Any;
 use std::fmt;
@@ -159,6 +163,10 @@ pub struct LoadBuf {
     target: Option<Box<dyn LoadTarget>>,
     /// Innermost borrower last.
     homes: Vec<Home>,
+    /// A byte to flip "in flight" (`fault_inject`'s `corrupt_body_rate`): applied by a storage
+    /// between reading the body and checking it ([`LoadBuf::apply_injected_flip`]), or, by a
+    /// storage with no check of its own, when the buffer is dropped (after the read).
+    flip: Option<usize>,
 }
 
 impl LoadBuf {
@@ -167,6 +175,24 @@ impl LoadBuf {
         Self {
             target: Some(Box::new(target)),
             homes: Vec::new(),
+            flip: None,
+        }
+    }
+
+    /// Asks for byte `at` (modulo the length) to be flipped on its way from the store: fault
+    /// injection of a body changed in flight, with the size kept.
+    pub(crate) fn inject_flip(&mut self, at: usize) {
+        self.flip = Some(at);
+    }
+
+    /// Applies an injected flip now (a storage calls this after reading the body and before
+    /// checking it, where corruption in flight would happen). No-op without one.
+    pub(crate) fn apply_injected_flip(&mut self) {
+        if let Some(at) = self.flip.take() {
+            let len = self.len();
+            if len > 0 {
+                self[at % len] ^= 0x01;
+            }
         }
     }
 
@@ -242,6 +268,10 @@ impl From<HostRegion> for LoadBuf {
 
 impl Drop for LoadBuf {
     fn drop(&mut self) {
+        // A storage that does not check bodies lets an injected flip through, after its read.
+        if self.flip.is_some() && self.target.is_some() {
+            self.apply_injected_flip();
+        }
         let Some(mut target) = self.target.take() else {
             return;
         };
@@ -251,6 +281,7 @@ impl Drop for LoadBuf {
             let back = LoadBuf {
                 target: Some(target),
                 homes: std::mem::take(&mut self.homes),
+                flip: None,
             };
             match home.tx.send((home.index, back)) {
                 Ok(()) => return,

@@ -484,6 +484,21 @@ impl Handler<ListKeys> for Controller {
     }
 }
 
+impl Handler<Verify> for Controller {
+    type Result = ResponseFuture<Result<VerifyReport, BackendError>>;
+
+    fn handle(&mut self, msg: Verify, _: &mut Context<Self>) -> Self::Result {
+        let target = self.adapter(msg.adapter).cloned();
+        Box::pin(async move {
+            let a = target?;
+            a.addr
+                .send(msg)
+                .await
+                .map_err(|e| BackendError::unavailable(a.unavailable(e)))?
+        })
+    }
+}
+
 impl Handler<UsageEvent> for Controller {
     type Result = ();
 

@@ -40,5 +40,5 @@ pub use controller::{
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;
-pub use storage::{BackendError, ErrorKind, Storage};
+pub use storage::{BackendError, ErrorKind, Storage, Verdict};
 pub use worker_pool::WorkerPool;

@@ -381,6 +381,32 @@ impl StatusReport {
     }
 }
 
+/// Read objects whole and check each against the checksum stored with it (`kvtier scrub`).
+/// The checks run on the backend's worker pool. With `delete_corrupt`, the corrupt objects
+/// are removed as a [`Delete`] would (locked and busy keys are kept, and usage follows).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<VerifyReport, crate::BackendError>")]
+pub struct Verify {
+    /// The keys to check.
+    pub keys: Vec<ObjectKey>,
+    /// Remove the objects found corrupt.
+    pub delete_corrupt: bool,
+    /// At the controller: which adapter.
+    pub adapter: AdapterIndex,
+}
+
+/// What a [`Verify`] found, per key in request order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyReport {
+    /// Each key and its verdict (or why it could not be read).
+    pub results: Vec<(
+        ObjectKey,
+        Result<crate::storage::Verdict, crate::BackendError>,
+    )>,
+    /// The corrupt keys removed (with `delete_corrupt`).
+    pub deleted: Vec<ObjectKey>,
+}
+
 /// List stored keys in object-name order, a page at a time.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<KeyPage, crate::BackendError>")]

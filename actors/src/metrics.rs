@@ -102,7 +102,7 @@ struct Families {
 }
 
 /// Counters with the adapter's labels only: (name, help).
-const COUNTERS: [(&str, &str); 20] = [
+const COUNTERS: [(&str, &str); 21] = [
     (
         "store_tasks",
         "Store requests submitted (LMCache: l2_store_tasks)",
@@ -168,6 +168,10 @@ const COUNTERS: [(&str, &str); 20] = [
     ),
     ("evicted_bytes", "Bytes removed by eviction"),
     ("breaker_transitions", "Circuit breaker state changes"),
+    (
+        "corrupt_objects",
+        "Objects whose bytes did not match their stored checksum (loads and scrubs)",
+    ),
 ];
 
 /// Counters with one vocabulary label: (name, label, help).
@@ -343,6 +347,7 @@ impl Metrics {
             evicted_keys: c("evicted_keys"),
             evicted_bytes: c("evicted_bytes"),
             breaker_transitions: c("breaker_transitions"),
+            corrupt_objects: c("corrupt_objects"),
             locked_keys: g("locked_keys"),
             usage_bytes: g("usage_bytes"),
             usage_keys: g("usage_keys"),
@@ -383,6 +388,7 @@ struct Handles {
     evicted_keys: Counter,
     evicted_bytes: Counter,
     breaker_transitions: Counter,
+    corrupt_objects: Counter,
     locked_keys: Gauge,
     usage_bytes: Gauge,
     usage_keys: Gauge,
@@ -560,6 +566,13 @@ impl AdapterMetrics {
         }
     }
 
+    /// `n` objects were found corrupt (a checksum mismatch on a load or a scrub).
+    pub fn corrupt(&self, n: usize) {
+        if let Some(h) = &self.0 {
+            h.corrupt_objects.inc_by(n as u64);
+        }
+    }
+
     /// The number of locked keys now.
     pub fn set_locked(&self, keys: usize) {
         if let Some(h) = &self.0 {
@@ -682,6 +695,7 @@ mod tests {
             "kvtier_breaker_state gauge",
             "kvtier_breaker_transitions counter",
             "kvtier_capacity_bytes gauge",
+            "kvtier_corrupt_objects counter",
             "kvtier_delete_failed_keys counter",
             "kvtier_delete_tasks counter",
             "kvtier_deleted_keys counter",

@@ -372,6 +372,28 @@ pub enum Fetched {
         /// The object's size.
         actual: u64,
     },
+    /// The object has the right size but its bytes do not match the checksum stored with it:
+    /// a miss (the buffer holds wrong bytes and must not be read).
+    Corrupt {
+        /// The CRC32C stored with the object.
+        expected: u32,
+        /// The CRC32C of the bytes read.
+        actual: u32,
+    },
+}
+
+/// What a [`Storage::verify`] found for one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Its bytes match the checksum stored with it.
+    Intact,
+    /// Its bytes do not match: why.
+    Corrupt(String),
+    /// It carries no checksum (written by LMCache, or with checksums off), or the store has
+    /// no way to check it: read, but not checked.
+    Unverifiable,
+    /// There is no such object (any more).
+    Absent,
 }
 
 /// Result of removing one object.
@@ -422,6 +444,13 @@ pub trait Storage: Any + Send + Unpin {
     /// mismatch must leave the buffer unwritten. The buffers are lent: drop each when done
     /// with it (they find their way back to the actor, see [`crate::buffer`]).
     fn get(&mut self, items: Vec<(ObjectKey, LoadBuf)>) -> Io<Vec<Result<Fetched, BackendError>>>;
+
+    /// Reads every object whole and checks it against the checksum stored with it (for
+    /// `kvtier scrub`); heavy work belongs on the storage's worker pool. The default: every
+    /// object is [`Verdict::Unverifiable`] (the store has nothing to check against).
+    fn verify(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Verdict, BackendError>>> {
+        Io::ready(keys.iter().map(|_| Ok(Verdict::Unverifiable)).collect())
+    }
 
     /// Removes objects.
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>>;

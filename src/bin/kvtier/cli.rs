@@ -1,4 +1,5 @@
-//! The `kvtier` command line: `bench`, `check-config`, `ls`, `usage`, `status`, `top`, `quota`.
+//! The `kvtier` command line: `bench`, `check-config`, `ls`, `usage`, `status`, `top`, `quota`,
+//! `scrub`.
 //!
 //! Exit codes: 0 success; 1 a runtime failure (a store could not be opened, the bench found
 //! errors or wrong bytes); 2 a configuration or usage error.
@@ -66,6 +67,9 @@ pub enum Command {
     Top(crate::top::TopArgs),
     /// Read or change the `IsolatedLRU` quotas of an adapter in a configuration file.
     Quota(crate::quota::QuotaArgs),
+    /// Read every object of an adapter and check it against its stored checksum; exit 1 when
+    /// one is corrupt.
+    Scrub(crate::scrub::ScrubArgs),
 }
 
 /// Runs a parsed command line; returns the process exit code.
@@ -96,6 +100,10 @@ pub fn run(cli: Cli) -> i32 {
         }
         Command::Top(args) => crate::top::run(&args),
         Command::Quota(args) => crate::quota::run(&args),
+        Command::Scrub(args) => {
+            let cfg = args.cfg.clone();
+            with_tier(&cfg, move |tier| crate::scrub::run(tier, args))
+        }
         Command::CheckConfig { cfg } => match cfg.load_with_notes() {
             Ok((c, notes)) => {
                 for note in notes {

@@ -12,6 +12,7 @@ mod cli;
 mod common;
 mod metrics_server;
 mod quota;
+mod scrub;
 mod top;
 
 use clap::Parser;

@@ -117,6 +117,12 @@ pub struct FaultInjectConfig {
     /// and a `get` answers a size mismatch (a miss) without touching the buffer. In `[0, 1]`.
     #[serde(default)]
     pub corrupt_size_rate: f64,
+    /// Probability, per `get` item, that the body is changed in flight with its size kept: one
+    /// byte (at a seeded offset) has a bit flipped on its way from the inner store, after the
+    /// read and before the inner store's own check (the `fs` CRC32C catches it: a miss). A
+    /// store with no check of its own serves the changed bytes. In `[0, 1]`.
+    #[serde(default)]
+    pub corrupt_body_rate: f64,
     /// Seed of the fault generator; the same seed and the same sequence of requests inject the
     /// same faults. Default: drawn at start and reported in `status`.
     #[serde(default)]
@@ -137,6 +143,7 @@ impl Default for FaultInjectConfig {
             reply_timeout_ms: default_reply_timeout(),
             fail_every_nth_item: 0,
             corrupt_size_rate: 0.0,
+            corrupt_body_rate: 0.0,
             seed: None,
         }
     }
@@ -172,6 +179,7 @@ impl FaultInjectConfig {
         }
         check_rate("drop_reply_rate", self.drop_reply_rate)?;
         check_rate("corrupt_size_rate", self.corrupt_size_rate)?;
+        check_rate("corrupt_body_rate", self.corrupt_body_rate)?;
         check_ms("latency_ms.all", self.latency_ms.all)?;
         for op in OPS {
             check_ms(&format!("latency_ms.{op}"), self.latency_ms.of(op))?;

@@ -22,6 +22,12 @@
 //! * **corrupted sizes**: with probability `corrupt_size_rate` per item, a `head` reports the
 //!   object's size + 1 and a `get` answers [`Fetched::SizeMismatch`] without reading (the
 //!   buffer stays untouched).
+//! * **corrupted bodies**: with probability `corrupt_body_rate` per forwarded `get` item, one
+//!   byte of the body (at an offset drawn from the seed) has a bit flipped in flight, size
+//!   kept: the buffer carries the flip ([`LoadBuf`]), and the inner store applies it between
+//!   its read and its own check (`fs` with checksums: a [`Fetched::Corrupt`] miss); a store
+//!   with no such check lets it through when it lets go of the buffer, and the wrong bytes are
+//!   served. This is what "no end-to-end check" means, made visible.
 //!
 //! Faults are drawn from a [`SmallRng`] seeded with `seed` (drawn at start when absent and
 //! reported in `status`), in request order, so one seed and one request sequence reproduce the
@@ -49,7 +55,9 @@ pub use config::{FaultInjectConfig, Latency, PerOp, MAX_MS, OPS};
 use crate::buffer::LoadBuf;
 use crate::key::ObjectKey;
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Finish, Io, IoState, Recovered, Removed, Storage};
+use crate::storage::{
+    BackendError, Fetched, Finish, Io, IoState, Recovered, Removed, Storage, Verdict,
+};
 
 /// Counters of the faults injected, per kind and operation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
@@ -62,6 +70,8 @@ pub struct FaultCounters {
     pub dropped_replies: PerOp<u64>,
     /// Items selected for a corrupted size (`head` and `get` only).
     pub corrupted_sizes: PerOp<u64>,
+    /// Bodies changed in flight, size kept (`get` only).
+    pub corrupted_bodies: PerOp<u64>,
     /// Calls whose reply was delayed by `latency_ms`.
     pub delayed: PerOp<u64>,
 }
@@ -75,6 +85,7 @@ impl FaultCounters {
             self.nth_item_failures,
             self.dropped_replies,
             self.corrupted_sizes,
+            self.corrupted_bodies,
         ]
         .iter()
         .flat_map(|p| p.named())
@@ -392,9 +403,13 @@ impl Storage for FaultInjectStorage {
         let plan = self.plan("get", n, Some(|| Fate::Corrupt));
         let mut lens = Vec::with_capacity(n);
         let mut forward = Vec::with_capacity(n);
-        for ((key, buf), fate) in items.into_iter().zip(&plan) {
+        for ((key, mut buf), fate) in items.into_iter().zip(&plan) {
             lens.push(buf.len() as u64);
             if matches!(fate, Fate::Forward) {
+                if self.draw(self.cfg.corrupt_body_rate) {
+                    self.counters.corrupted_bodies.get += 1;
+                    buf.inject_flip(self.rng.gen_range(0..buf.len().max(1)));
+                }
                 forward.push((key, buf));
             }
         }
@@ -419,6 +434,11 @@ impl Storage for FaultInjectStorage {
             },
             move |e| vec![Err(e); n],
         )
+    }
+
+    /// Passes through: a scrub sees the inner store as it is (faults are for requests).
+    fn verify(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Verdict, BackendError>>> {
+        self.inner.verify(keys).within(inner_of)
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {

@@ -27,6 +27,24 @@ pub struct FsConfig {
     /// Scan `base_path` at start to rebuild usage and recency (default true).
     #[serde(default = "default_true")]
     pub recover_on_start: bool,
+    /// The checksum written with every object and checked on every load (default CRC32C, in
+    /// the extended attribute `user.kvtier.crc32c`; `off` for file systems without `user.*`
+    /// extended attributes).
+    #[serde(default)]
+    pub checksum: FsChecksum,
+}
+
+/// What the `fs` adapter writes with each object, and checks when it reads one.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+#[non_exhaustive]
+pub enum FsChecksum {
+    /// CRC32C of the bytes, in the extended attribute `user.kvtier.crc32c` (4 bytes, big
+    /// endian). The file's name and bytes stay LMCache's.
+    #[default]
+    Crc32c,
+    /// No checksum: only sizes are checked.
+    Off,
 }
 
 fn default_workers() -> usize {
@@ -45,6 +63,7 @@ impl FsConfig {
             num_workers: default_workers(),
             fsync: false,
             recover_on_start: true,
+            checksum: FsChecksum::default(),
         }
     }
 

@@ -9,6 +9,18 @@
 //! that is renamed into place, so a crash never leaves a torn object; the backend actor sends
 //! one write of a key at a time, so the last write to reach the directory is the one the
 //! ledger records. All file I/O runs on a [`WorkerPool`]; batches are spread over its threads.
+//!
+//! # Integrity
+//! With `checksum = "crc32c"` (the default) every object is written with the CRC32C of its
+//! bytes in the extended attribute [`CRC_XATTR`], set on the temporary file **before** the
+//! rename: an object is never visible under its name without its checksum. Every load reads
+//! the attribute from the open file (the same inode as the bytes, whatever renames happen
+//! meanwhile), reads the bytes, and compares: a mismatch is [`Fetched::Corrupt`], a miss (the
+//! backend actor then removes the file, see [`crate::BackendActor`]). A file without the
+//! attribute (written by LMCache, or with checksums off) loads as before, checked by size
+//! only. The CRC runs on the worker thread that read the bytes, never on an arbiter. At
+//! start, a file system that refuses `user.*` attributes is reported as an error naming the
+//! `checksum` field.
 
 mod config;
 pub mod name;
@@ -22,28 +34,49 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 
-pub use config::FsConfig;
+pub use config::{FsChecksum, FsConfig};
 pub use name::{file_name, parse_file_name};
 
 use super::memory::page_of;
 use crate::buffer::LoadBuf;
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{answer_known, BackendError, Fetched, Io, Recovered, Removed, Storage};
+use crate::storage::{
+    answer_known, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage, Verdict,
+};
 use crate::worker_pool::{run_on, JobFailed, WorkerPool};
 
 const TMP_SUFFIX: &str = ".tmp";
 /// Temporary files older than this are leftovers of a crash and are removed at start-up.
 const STALE_TMP: Duration = Duration::from_secs(60);
 
-/// Immutable paths and settings shared with worker jobs.
+/// The extended attribute holding an object's CRC32C (4 bytes, big endian).
+pub const CRC_XATTR: &str = "user.kvtier.crc32c";
+
+/// The CRC32C (Castagnoli) of `data`, as stored in [`CRC_XATTR`].
+pub fn crc32c(data: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32Iscsi, data) as u32
+}
+
+/// The CRC32C stored with an open object: `None` when it has none (or not a 4-byte one).
+fn stored_crc(f: &File) -> std::io::Result<Option<u32>> {
+    use xattr::FileExt;
+    Ok(f.get_xattr(CRC_XATTR)?
+        .and_then(|v| <[u8; 4]>::try_from(v.as_slice()).ok())
+        .map(u32::from_be_bytes))
+}
+
+/// Immutable paths and settings shared with worker jobs (and one counter, an atomic).
 #[derive(Debug)]
 struct Paths {
     base: PathBuf,
     tmp: Option<PathBuf>,
     format: NameFormat,
     fsync: bool,
+    checksum: FsChecksum,
     counter: AtomicU64,
+    /// Objects found corrupt (loads and verifications), for `status`.
+    corrupt: AtomicU64,
 }
 
 impl Paths {
@@ -62,6 +95,11 @@ impl Paths {
         let result = (|| {
             let mut f = OpenOptions::new().write(true).create_new(true).open(&tmp)?;
             f.write_all(data)?;
+            if self.checksum == FsChecksum::Crc32c {
+                use xattr::FileExt;
+                // Before the rename: the object never shows under its name without it.
+                f.set_xattr(CRC_XATTR, &crc32c(data).to_be_bytes())?;
+            }
             if self.fsync {
                 f.sync_data()?;
             }
@@ -74,7 +112,7 @@ impl Paths {
     }
 
     /// Reads the object straight into the caller's memory (`read_exact`, no staging buffer).
-    fn read(&self, key: &ObjectKey, buf: &mut [u8]) -> Result<Fetched, BackendError> {
+    fn read(&self, key: &ObjectKey, buf: &mut LoadBuf) -> Result<Fetched, BackendError> {
         let mut f = match File::open(self.object(key)) {
             Ok(f) => f,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Fetched::Absent),
@@ -87,14 +125,89 @@ impl Paths {
         if len != buf.len() as u64 {
             return Ok(Fetched::SizeMismatch { actual: len });
         }
-        match f.read_exact(buf) {
-            Ok(()) => Ok(Fetched::Hit),
+        let expected = if self.checksum == FsChecksum::Crc32c {
+            stored_crc(&f).map_err(|e| BackendError::from_io("get", e))?
+        } else {
+            None
+        };
+        match f.read_exact(&mut buf[..]) {
+            Ok(()) => {}
             // Truncated while we read: report a miss, never a partial object.
             Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                Ok(Fetched::SizeMismatch { actual: 0 })
+                return Ok(Fetched::SizeMismatch { actual: 0 })
             }
-            Err(e) => Err(BackendError::from_io("get", e)),
+            Err(e) => return Err(BackendError::from_io("get", e)),
         }
+        // Between the read and the check: where a body changed in flight would be.
+        buf.apply_injected_flip();
+        match expected {
+            Some(expected) => {
+                let actual = crc32c(&buf[..]);
+                if actual == expected {
+                    Ok(Fetched::Hit)
+                } else {
+                    self.corrupt.fetch_add(1, Ordering::Relaxed);
+                    Ok(Fetched::Corrupt { expected, actual })
+                }
+            }
+            None => Ok(Fetched::Hit),
+        }
+    }
+
+    /// Reads one object whole and checks it against its stored CRC32C.
+    fn verify(&self, key: &ObjectKey) -> Result<Verdict, BackendError> {
+        let mut f = match File::open(self.object(key)) {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Verdict::Absent),
+            Err(e) => return Err(BackendError::from_io("verify", e)),
+        };
+        let expected = stored_crc(&f).map_err(|e| BackendError::from_io("verify", e))?;
+        let mut digest = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc32Iscsi);
+        let mut chunk = vec![0u8; 1 << 20];
+        loop {
+            match f.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => digest.update(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(BackendError::from_io("verify", e)),
+            }
+        }
+        let actual = digest.finalize() as u32;
+        Ok(match expected {
+            None => Verdict::Unverifiable,
+            Some(e) if e == actual => Verdict::Intact,
+            Some(e) => {
+                self.corrupt.fetch_add(1, Ordering::Relaxed);
+                Verdict::Corrupt(format!(
+                    "CRC32C mismatch: {CRC_XATTR} holds {e:08x}, the bytes have {actual:08x}"
+                ))
+            }
+        })
+    }
+
+    /// Whether the temporary directory takes `user.*` extended attributes (written, read
+    /// back and removed on a probe file).
+    fn probe_xattr(&self) -> std::io::Result<()> {
+        use xattr::FileExt;
+        let dir = self.tmp.as_deref().unwrap_or(&self.base);
+        let probe = dir.join(format!(
+            ".kvtier-xattr-probe.{}-{}{TMP_SUFFIX}",
+            std::process::id(),
+            self.counter.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = (|| {
+            let f = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)?;
+            f.set_xattr(CRC_XATTR, &0u32.to_be_bytes())?;
+            match f.get_xattr(CRC_XATTR)? {
+                Some(v) if v == [0u8; 4] => Ok(()),
+                _ => Err(std::io::Error::other("the attribute did not read back")),
+            }
+        })();
+        let _ = fs::remove_file(&probe);
+        result
     }
 
     fn scan(
@@ -173,14 +286,33 @@ impl FsStorage {
                 BackendError::from_io("open", e).context(what)
             })?;
         }
+        let paths = Arc::new(Paths {
+            base: cfg.base_path.clone(),
+            tmp,
+            format,
+            fsync: cfg.fsync,
+            checksum: cfg.checksum,
+            counter: AtomicU64::new(0),
+            corrupt: AtomicU64::new(0),
+        });
+        if cfg.checksum == FsChecksum::Crc32c {
+            paths.probe_xattr().map_err(|e| {
+                BackendError::new(
+                    ErrorKind::Other,
+                    "open",
+                    format!(
+                        "checksum = \"crc32c\" keeps each object's CRC32C in the extended \
+                         attribute {CRC_XATTR}, which the file system of {} does not support \
+                         ({e}); use a file system with user xattrs, or set checksum = \"off\" \
+                         (objects are then checked by size only)",
+                        cfg.base_path.display()
+                    ),
+                )
+                .with_source(e)
+            })?;
+        }
         Ok(Self {
-            paths: Arc::new(Paths {
-                base: cfg.base_path.clone(),
-                tmp,
-                format,
-                fsync: cfg.fsync,
-                counter: AtomicU64::new(0),
-            }),
+            paths,
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
             recover: cfg.recover_on_start,
@@ -253,6 +385,14 @@ impl Storage for FsStorage {
         )
     }
 
+    fn verify(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Verdict, BackendError>>> {
+        self.fan_out(
+            keys,
+            |p, k| p.verify(&k),
+            |_, e| Err(e.backend_error("verify")),
+        )
+    }
+
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
         self.fan_out(
             keys,
@@ -311,6 +451,8 @@ impl Storage for FsStorage {
             "base_path": self.paths.base.display().to_string(),
             "num_workers": self.workers,
             "fsync": self.paths.fsync,
+            "checksum": self.paths.checksum,
+            "corrupt_objects": self.paths.corrupt.load(Ordering::Relaxed),
         })
     }
 }
