@@ -399,6 +399,8 @@ fn a_closed_stdout_ends_every_subcommand_quietly() {
         &["usage", "--l2-adapter", &fs],
         &["usage", "--json", "--l2-adapter", &fs],
         &["status", "--l2-adapter", &fs],
+        &["scrub", "--l2-adapter", &fs],
+        &["scrub", "--json", "--l2-adapter", &fs],
         &["quota", "get", "--config", c],
         &[
             "bench",
