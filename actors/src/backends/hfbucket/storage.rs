@@ -28,7 +28,7 @@ use crate::breaker::Breaker;
 use crate::buffer::LoadBuf;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Recovered, Removed, Storage};
+use crate::storage::{BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage};
 use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
 /// The metadata cache is first swept of expired entries when it holds this many.
@@ -385,7 +385,8 @@ impl HfStorage {
         })?;
         Ok(Self {
             ctx: Arc::new(Ctx {
-                hub: HubClient::new(&endpoint, handle, token, cfg.num_workers),
+                hub: HubClient::new(&endpoint, handle, token, cfg.num_workers)
+                    .with_retry_timeout(Duration::from_secs_f64(cfg.retry_timeout_secs)),
                 format,
                 xet_dir: tmp_root.join("xet"),
                 write: WriteSettings {
@@ -945,8 +946,39 @@ impl Storage for HfStorage {
         self.metrics = metrics;
     }
 
-    fn is_healthy(&self) -> bool {
-        self.breaker.is_closed()
+    fn unhealthy(&self) -> Option<String> {
+        self.breaker.unhealthy()
+    }
+
+    /// The bucket's info route (`GET /api/buckets/{ns}/{name}`) on a worker, while the breaker
+    /// is closed: an answer means the Hub is reachable and takes the token; 404 is a missing
+    /// bucket, unless `create_bucket_if_missing` will create it on the first store; 401/403
+    /// a refused token. Bounded by the Hub client's retry deadline (`retry_timeout_secs`).
+    fn probe(&mut self) -> Io<()> {
+        if !self.breaker.wants_probe() {
+            return Io::ready(());
+        }
+        let create = self.create_if_missing;
+        let fut = self.job(
+            "health check",
+            move |ctx| match ctx.hub.bucket_exists() {
+                Ok(true) => Ok(()),
+                Ok(false) if create => Ok(()),
+                Ok(false) => Err(BackendError::new(
+                    ErrorKind::BucketMissing,
+                    "health check",
+                    format!(
+                        "bucket {:?} does not exist (the Hub answered 404) and create_bucket_if_missing is false",
+                        ctx.hub.handle().id()
+                    ),
+                )),
+                Err(e) => Err(e),
+            },
+            Err,
+        );
+        Io::pending_then(fut, |s: &mut HfStorage, r: Result<(), BackendError>| {
+            s.breaker.probed(&r)
+        })
     }
 }
 
