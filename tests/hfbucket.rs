@@ -1043,6 +1043,9 @@ async fn every_store_path_writes_what_every_load_path_reads() {
             let mut c = fx.config(&prefix);
             c.xet_store_path = serde_json::from_value(serde_json::json!(store)).unwrap();
             c.xet_chunking = serde_json::from_value(serde_json::json!(chunking)).unwrap();
+            // "verify": the direct reader checking every load against its Xet hash.
+            c.xet_verify_loads = load == "verify";
+            let load = if load == "verify" { "direct" } else { load };
             c.xet_load_path = serde_json::from_value(serde_json::json!(load)).unwrap();
             fx.adapter_with(c)
         };
@@ -1051,7 +1054,7 @@ async fn every_store_path_writes_what_every_load_path_reads() {
         assert_eq!(st["xet_chunking"], chunking, "{st}");
         assert_eq!(st["xet_commits"], 1, "{st}");
         tier.shutdown();
-        for load in ["direct", "hf-xet"] {
+        for load in ["direct", "hf-xet", "verify"] {
             let tier = Tier::start(&tier_config(vec![config(load)])).await.unwrap();
             let bufs = sizes.iter().map(|&n| BytesMut::zeroed(n)).collect();
             let loaded = tier.load(keys.clone(), bufs).await;
@@ -1062,7 +1065,13 @@ async fn every_store_path_writes_what_every_load_path_reads() {
                     "{store}/{chunking} read by {load}: object {i}"
                 );
             }
-            assert_eq!(load_counters(&tier).await.1, 0, "no resolve fallback");
+            // With "verify", a hash that did not match would have fallen back to resolve.
+            let (_, resolve, fallbacks) = load_counters(&tier).await;
+            assert_eq!(
+                (resolve, fallbacks),
+                (0, 0),
+                "{store}/{chunking} read by {load}: no resolve fallback"
+            );
             tier.shutdown();
         }
         let mine: Vec<(u64, String)> = fx

@@ -77,6 +77,13 @@ pub struct HfBucketConfig {
     /// [`XetLoadPath`].
     #[serde(default)]
     pub xet_load_path: XetLoadPath,
+    /// With `xet_load_path = "direct"`: hash every loaded chunk (BLAKE3, as Xet does) and
+    /// check the file's Merkle hash against the `xetHash` it was loaded by; a mismatch is an
+    /// error (the load then falls back to `resolve`). Default false: nothing else checks
+    /// loaded bytes (neither kvtier's reader nor hf-xet's stream verifies chunk hashes; TLS
+    /// protects them in transit).
+    #[serde(default)]
+    pub xet_verify_loads: bool,
     /// How stores write to the Xet CAS (default `direct`: kvtier chunks, packs and uploads the
     /// xorbs and the shard itself; `hf-xet`: hf-xet's upload commit). See [`XetStorePath`].
     #[serde(default)]
@@ -333,6 +340,7 @@ impl HfBucketConfig {
             xet_global_dedup: false,
             xet_token_reserve_secs: default_token_reserve(),
             xet_load_path: XetLoadPath::default(),
+            xet_verify_loads: false,
             xet_store_path: XetStorePath::default(),
             xet_chunking: XetChunking::default(),
         }

@@ -74,6 +74,8 @@ struct Ctx {
     write: WriteSettings,
     /// How loads read the Xet CAS.
     load_path: XetLoadPath,
+    /// Direct loads check the bytes against the file's Xet hash (`xet_verify_loads`).
+    verify_loads: bool,
 }
 
 /// A store job's share of the actor's state: the Xet writer and write token, if it has them.
@@ -397,6 +399,7 @@ impl HfStorage {
                     chunking: cfg.xet_chunking,
                 },
                 load_path: cfg.xet_load_path,
+                verify_loads: cfg.xet_verify_loads,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -695,7 +698,7 @@ impl Storage for HfStorage {
                 let prep = run_on(&pool, move || {
                     let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
                     let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir, ctx2.load_path) {
-                        Ok(r) => Ok(Arc::new(r)),
+                        Ok(r) => Ok(Arc::new(r.with_verify(ctx2.verify_loads))),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
                             Err(Instant::now())
@@ -911,6 +914,7 @@ impl Storage for HfStorage {
                 "xet_fallbacks": self.xet_fallbacks,
                 "xet_reader_open": self.reader.is_some(),
                 "xet_load_path": self.ctx.load_path.as_str(),
+                "xet_verify_loads": self.ctx.verify_loads,
             },
             "stores": {
                 "xet_store_path": self.ctx.write.store_path.as_str(),
