@@ -762,8 +762,24 @@ async fn a_missing_bucket_is_an_error_not_a_miss() {
         );
         tier.shutdown();
 
-        // A load from a bucket that never existed.
+        // A bucket that never existed is unhealthy in status before any data request (the
+        // issue: it said healthy), with the bucket named; and on Garage, the status check
+        // itself needs no data request to find out.
         c.s3_bucket = Some("kvtier-never-was".into());
+        let tier = Tier::start(&tier_config(vec![adapter(c.clone())]))
+            .await
+            .unwrap();
+        let status = tier.status().await.unwrap();
+        assert!(!status.is_healthy(), "{:?}: {status:?}", fx.data_path);
+        let why = status.adapters[0].reason.clone().unwrap_or_default();
+        assert!(
+            why.contains("bucket \"kvtier-never-was\" does not exist"),
+            "{:?}: {why}",
+            fx.data_path
+        );
+        tier.shutdown();
+
+        // A load from a bucket that never existed.
         let tier = Tier::start(&tier_config(vec![adapter(c)])).await.unwrap();
         let got = tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
         assert!(!got.hits.all());
