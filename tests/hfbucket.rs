@@ -1043,6 +1043,9 @@ async fn every_store_path_writes_what_every_load_path_reads() {
             let mut c = fx.config(&prefix);
             c.xet_store_path = serde_json::from_value(serde_json::json!(store)).unwrap();
             c.xet_chunking = serde_json::from_value(serde_json::json!(chunking)).unwrap();
+            // "verify": the direct reader checking every load against its Xet hash.
+            c.xet_verify_loads = load == "verify";
+            let load = if load == "verify" { "direct" } else { load };
             c.xet_load_path = serde_json::from_value(serde_json::json!(load)).unwrap();
             fx.adapter_with(c)
         };
@@ -1051,7 +1054,7 @@ async fn every_store_path_writes_what_every_load_path_reads() {
         assert_eq!(st["xet_chunking"], chunking, "{st}");
         assert_eq!(st["xet_commits"], 1, "{st}");
         tier.shutdown();
-        for load in ["direct", "hf-xet"] {
+        for load in ["direct", "hf-xet", "verify"] {
             let tier = Tier::start(&tier_config(vec![config(load)])).await.unwrap();
             let bufs = sizes.iter().map(|&n| BytesMut::zeroed(n)).collect();
             let loaded = tier.load(keys.clone(), bufs).await;
@@ -1062,7 +1065,13 @@ async fn every_store_path_writes_what_every_load_path_reads() {
                     "{store}/{chunking} read by {load}: object {i}"
                 );
             }
-            assert_eq!(load_counters(&tier).await.1, 0, "no resolve fallback");
+            // With "verify", a hash that did not match would have fallen back to resolve.
+            let (_, resolve, fallbacks) = load_counters(&tier).await;
+            assert_eq!(
+                (resolve, fallbacks),
+                (0, 0),
+                "{store}/{chunking} read by {load}: no resolve fallback"
+            );
             tier.shutdown();
         }
         let mine: Vec<(u64, String)> = fx
@@ -1131,5 +1140,115 @@ async fn direct_stores_use_upload_grants_or_post_xorbs_when_the_cas_has_none() {
     for (b, d) in loaded.buffers.iter().zip(&data) {
         assert!(b[..] == d[..]);
     }
+    tier.shutdown();
+}
+
+/// Status asks the Hub whether it can serve (the bucket's info route, before any data
+/// request): a missing bucket (unless `create_bucket_if_missing`), a refused token and an
+/// unreachable Hub are unhealthy, with the reason; a bucket that exists is healthy.
+#[actix_rt::test]
+async fn status_is_unhealthy_when_the_hub_cannot_serve() {
+    let fx = Hf::new();
+    let tier = Tier::start(&tier_config(vec![fx.adapter(0)]))
+        .await
+        .unwrap();
+    let before = fx.hub.requests(Route::BucketInfo);
+    let status = tier.status().await.unwrap();
+    assert!(status.adapters[0].is_healthy, "{status:?}");
+    assert_eq!(status.adapters[0].reason, None);
+    assert_eq!(
+        fx.hub.requests(Route::BucketInfo),
+        before + 1,
+        "one health check per status"
+    );
+    // The bucket is deleted under the running tier.
+    fx.hub.delete_bucket(BUCKET);
+    let status = tier.status().await.unwrap();
+    assert!(!status.adapters[0].is_healthy, "{status:?}");
+    let why = status.adapters[0].reason.clone().unwrap_or_default();
+    assert!(
+        why.contains(&format!("bucket \"{BUCKET}\" does not exist")),
+        "{why}"
+    );
+    tier.shutdown();
+
+    // A missing bucket that the first store will create is not a fault.
+    let mut c = fx.config(&fx.run);
+    c.create_bucket_if_missing = true;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    let status = tier.status().await.unwrap();
+    assert!(status.adapters[0].is_healthy, "{status:?}");
+    tier.shutdown();
+    fx.hub.create_bucket(BUCKET);
+
+    // A token the Hub refuses.
+    let mut c = fx.config(&fx.run);
+    c.token = Some(Secret::new("hf_refused_token_value"));
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    let status = tier.status().await.unwrap();
+    assert!(!status.adapters[0].is_healthy, "{status:?}");
+    let why = status.adapters[0].reason.clone().unwrap_or_default();
+    assert!(
+        why.contains("health check failed") && why.contains("401"),
+        "{why}"
+    );
+    assert!(!why.contains("hf_refused_token_value"), "no secret: {why}");
+    tier.shutdown();
+
+    // Nothing listens at the endpoint.
+    let port = {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        l.local_addr().unwrap().port()
+    };
+    let mut c = fx.config(&fx.run);
+    c.hf_endpoint = Some(format!("http://127.0.0.1:{port}"));
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    let status = tier.status().await.unwrap();
+    assert!(!status.adapters[0].is_healthy, "{status:?}");
+    let why = status.adapters[0].reason.clone().unwrap_or_default();
+    assert!(why.contains("health check failed"), "{why}");
+    tier.shutdown();
+}
+
+/// One deadline per request across its retries (`retry_timeout_secs`): a Hub that answers the
+/// batch route 429 with `Retry-After: 30` is asked once when the deadline (1 s) cannot fit the
+/// wait, where the attempt count alone (5) would have allowed four more; the store fails and
+/// says the deadline passed. Counts and messages, not timings.
+#[actix_rt::test]
+async fn a_hub_request_ends_by_its_deadline_whatever_the_retries_say() {
+    let fx = Hf::new();
+    let mut c = fx.config(&fx.run);
+    c.retry_timeout_secs = 1.0;
+    let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
+        .await
+        .unwrap();
+    fx.hub.throttle_next(u32::MAX, 30, Some(Route::Batch));
+    fx.hub.reset_requests();
+    let rep = tokio::time::timeout(
+        Duration::from_secs(120),
+        tier.store(vec![key(1)], vec![payload(1, 64)]),
+    )
+    .await
+    .expect("hang guard")
+    .unwrap();
+    let failed = &rep.adapters[0].1.failed;
+    assert_eq!(failed.len(), 1, "{rep:?}");
+    assert!(
+        failed[0].error.contains("deadline passed")
+            && failed[0].error.contains("retry_timeout_secs = 1s"),
+        "{}",
+        failed[0].error
+    );
+    assert_eq!(
+        fx.hub.requests(Route::Batch),
+        1,
+        "no retry past the deadline"
+    );
     tier.shutdown();
 }

@@ -1076,18 +1076,26 @@ impl Handler<GetUsage> for BackendActor {
     }
 }
 
+/// Status runs the storage's health check first ([`Storage::probe`]), so a store that cannot
+/// serve (a missing bucket, refused credentials, an unreachable endpoint) is unhealthy even
+/// before a data request has failed.
 impl Handler<GetStatus> for BackendActor {
-    type Result = MessageResult<GetStatus>;
+    type Result = ActorResponse<Self, StatusReport>;
 
-    fn handle(&mut self, _: GetStatus, _: &mut Context<Self>) -> Self::Result {
-        MessageResult(StatusReport {
-            adapters: vec![Status {
-                adapter: self.index,
-                kind: self.storage.kind().to_owned(),
-                is_healthy: self.storage.is_healthy(),
-                locked_keys: self.locks.len(),
-                details: self.storage.details(),
-            }],
+    fn handle(&mut self, _: GetStatus, ctx: &mut Context<Self>) -> Self::Result {
+        let io = self.storage.probe();
+        self.respond(io, ctx, |(), act, _| {
+            let reason = act.storage.unhealthy();
+            StatusReport {
+                adapters: vec![Status {
+                    adapter: act.index,
+                    kind: act.storage.kind().to_owned(),
+                    is_healthy: reason.is_none() && act.storage.is_healthy(),
+                    reason,
+                    locked_keys: act.locks.len(),
+                    details: act.storage.details(),
+                }],
+            }
         })
     }
 }

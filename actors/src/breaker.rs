@@ -17,6 +17,16 @@
 //!   runs. Its outcome alone decides: an answer closes the breaker, a counted failure opens it
 //!   again. Refused operations change nothing (before this rule, the first request refused
 //!   while the probe ran closed the breaker).
+//!
+//! # Health
+//! The adapter is healthy when the breaker is closed **and** nothing says the store cannot
+//! serve: a [`Breaker::probed`] health check (run by the storage when status is asked for)
+//! that failed, or an operation whose every item was refused for permission (credentials
+//! refused, access denied), leaves a *problem*, named in status and in [`Breaker::unhealthy`];
+//! the next operation or health check answered without error clears it. Problems do not count
+//! toward opening the breaker (a status request must not cut off traffic), except a missing
+//! bucket, which opens it as on the data path. `kvtier_healthy` follows
+//! [`Breaker::is_healthy`].
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +54,11 @@ pub struct Breaker {
     fast_failures: u64,
     /// The failure that opened it last (for status).
     last_failure: Option<String>,
+    /// Why the store cannot serve although the breaker is closed (see the module docs).
+    problem: Option<String>,
+    /// Health checks run, and how many failed.
+    probes: u64,
+    probe_failures: u64,
     /// Its state and transitions as metrics.
     metrics: crate::metrics::AdapterMetrics,
 }
@@ -59,6 +74,9 @@ impl Breaker {
             opened: 0,
             fast_failures: 0,
             last_failure: None,
+            problem: None,
+            probes: 0,
+            probe_failures: 0,
             metrics: crate::metrics::AdapterMetrics::off(),
         }
     }
@@ -69,13 +87,64 @@ impl Breaker {
         self.publish();
     }
 
-    /// Publishes the state (a transition when it changed).
+    /// Publishes the state (a transition when it changed) and the health.
     fn publish(&self) {
-        self.metrics.breaker(match self.state {
-            State::Closed => 0,
-            State::Open { .. } => 1,
-            State::HalfOpen => 2,
-        });
+        self.metrics.breaker(
+            match self.state {
+                State::Closed => 0,
+                State::Open { .. } => 1,
+                State::HalfOpen => 2,
+            },
+            self.is_healthy(),
+        );
+    }
+
+    /// Whether the store can serve: the breaker is closed and no problem is known.
+    pub fn is_healthy(&self) -> bool {
+        self.unhealthy().is_none()
+    }
+
+    /// Why the adapter is unhealthy (`None` when it is healthy).
+    pub fn unhealthy(&self) -> Option<String> {
+        match self.state {
+            State::Open { .. } => Some(format!(
+                "{} circuit breaker open: {}",
+                self.adapter,
+                self.last_failure.as_deref().unwrap_or("no detail")
+            )),
+            State::HalfOpen => Some(format!(
+                "{} circuit breaker half-open (a probe is deciding): {}",
+                self.adapter,
+                self.last_failure.as_deref().unwrap_or("no detail")
+            )),
+            State::Closed => self.problem.clone(),
+        }
+    }
+
+    /// Whether a health check is worth running now: only while the breaker is closed (open or
+    /// half-open, the breaker already says what is wrong, and no request may pass).
+    pub fn wants_probe(&self) -> bool {
+        self.state == State::Closed
+    }
+
+    /// Follows the outcome of a health check (a cheap request the storage sends when status is
+    /// asked for): an answer clears the problem; a missing bucket opens the breaker; any other
+    /// failure (unreachable, credentials refused, …) is the problem until an answer clears it.
+    pub fn probed(&mut self, result: &Result<(), BackendError>) {
+        self.probes += 1;
+        match result {
+            Ok(()) => self.problem = None,
+            Err(e) if e.kind() == ErrorKind::BucketMissing => {
+                self.probe_failures += 1;
+                self.problem = Some(e.to_string());
+                self.trip(&e.to_string());
+            }
+            Err(e) => {
+                self.probe_failures += 1;
+                self.problem = Some(format!("{} health check failed: {e}", self.adapter));
+            }
+        }
+        self.publish();
     }
 
     /// Whether requests go through unhindered.
@@ -126,10 +195,12 @@ impl Breaker {
     ) {
         let (mut ok, mut failed, mut refused) = (0, 0, 0);
         let mut fatal = None;
+        let mut denied = None;
         for r in results {
             match r {
                 Ok(_) => ok += 1,
                 Err(e) if e.kind() == ErrorKind::Unavailable => refused += 1,
+                Err(e) if e.kind() == ErrorKind::Permission => denied = Some(e.to_string()),
                 Err(e) if e.counts_against_store() => {
                     failed += 1;
                     self.last_failure = Some(e.to_string());
@@ -139,6 +210,11 @@ impl Breaker {
                 }
                 Err(_) => {}
             }
+        }
+        if ok > 0 {
+            self.problem = None;
+        } else if let Some(why) = denied {
+            self.problem = Some(format!("requests refused: {why}"));
         }
         if let Some(e) = fatal {
             self.trip(&e.to_string());
@@ -195,6 +271,7 @@ impl Breaker {
             self.state = State::Closed;
             self.failures = 0;
             self.last_failure = None;
+            self.problem = None;
         } else if failures > 0 {
             self.failures = self.failures.saturating_add(failures as u32);
             let reopen = self.state == State::HalfOpen;
@@ -231,6 +308,8 @@ impl Breaker {
             "fast_failures": self.fast_failures,
             "cooldown_secs": self.cooldown.as_secs_f64(),
             "last_failure": self.last_failure,
+            "health_checks": self.probes,
+            "health_check_failures": self.probe_failures,
         })
     }
 }

@@ -459,6 +459,7 @@ impl Handler<GetStatus> for Controller {
                         adapter: a.index,
                         kind: a.kind.clone(),
                         is_healthy: false,
+                        reason: Some(a.unavailable(e).to_string()),
                         locked_keys: 0,
                         details: serde_json::json!({ "error": a.unavailable(e) }),
                     }),

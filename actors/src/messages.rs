@@ -361,6 +361,9 @@ pub struct Status {
     pub kind: String,
     /// False when the backend cannot currently serve requests.
     pub is_healthy: bool,
+    /// Why it cannot (`None` when healthy): an open circuit breaker and its last failure, a
+    /// missing bucket, refused credentials, an unreachable endpoint.
+    pub reason: Option<String>,
     /// Keys currently locked (distinct keys).
     pub locked_keys: usize,
     /// Backend-specific details (paths, circuit-breaker state, request counters, ...).

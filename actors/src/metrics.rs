@@ -623,13 +623,14 @@ impl AdapterMetrics {
         *shown = now;
     }
 
-    /// The circuit breaker moved to `state` (0 closed, 1 open, 2 half-open).
-    pub fn breaker(&self, state: i64) {
+    /// The circuit breaker is in `state` (0 closed, 1 open, 2 half-open) and the adapter is
+    /// `healthy` or not (the breaker closed and no known problem, see [`crate::breaker`]).
+    pub fn breaker(&self, state: i64, healthy: bool) {
         if let Some(h) = &self.0 {
             if h.breaker_state.set(state) != state {
                 h.breaker_transitions.inc();
             }
-            h.healthy.set(i64::from(state != 1));
+            h.healthy.set(i64::from(healthy));
         }
     }
 

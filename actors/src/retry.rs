@@ -15,14 +15,20 @@
 //!   breaker hears of it; it is reported at once (the caller may store again);
 //! - any other answer: final.
 //!
-//! Every retry counts against [`RetryPolicy::max_attempts`]. The backoff is exponential with
+//! Every retry counts against [`RetryPolicy::max_attempts`], and every request against one total
+//! deadline, [`RetryPolicy::retry_timeout`] (as `object_store`'s `RetryConfig::retry_timeout`),
+//! measured from its first attempt: no retry is started whose wait would end past it, and the
+//! clients cap each attempt's own timeout at what is left ([`Attempts::attempt_timeout`]), so
+//! no request outlives its deadline, whatever the attempt count, the backoff and `Retry-After`
+//! say. A request given up for its deadline says so ([`Attempts::deadline_passed`],
+//! [`Attempts::give_up`]). The backoff is exponential with
 //! full jitter (a random wait in `[0, min(initial × 2ⁿ⁻¹, max_backoff)]`), as AWS's standard
 //! retry strategy and `object_store` do, so clients that failed together do not retry together.
 //!
 //! The loops that send the attempts stay with their clients (one is async on tokio, the other
 //! blocking on a worker thread); they only ask [`Attempts::next`].
 
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
 /// The numbers of a retry policy. See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +43,18 @@ pub struct RetryPolicy {
     pub max_retry_after: Duration,
     /// Retries after a timed-out attempt (idempotent requests only).
     pub timeout_retries: u32,
+    /// The total time one request may take, every attempt and wait included (configured per
+    /// adapter as `retry_timeout_secs`; default [`DEFAULT_RETRY_TIMEOUT`]).
+    pub retry_timeout: Duration,
+}
+
+/// The default of `retry_timeout_secs` (s3 and hfbucket): 120 s, two of S3's 60 s attempts,
+/// and below `object_store`'s 180 s.
+pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// [`DEFAULT_RETRY_TIMEOUT`] in seconds (the serde default of `retry_timeout_secs`).
+pub fn default_retry_timeout_secs() -> f64 {
+    DEFAULT_RETRY_TIMEOUT.as_secs_f64()
 }
 
 impl RetryPolicy {
@@ -48,6 +66,7 @@ impl RetryPolicy {
         max_backoff: Duration::from_secs(20),
         max_retry_after: Duration::from_secs(20),
         timeout_retries: 1,
+        retry_timeout: DEFAULT_RETRY_TIMEOUT,
     };
 
     /// The Hub: 5 attempts, backoff up to 200 ms × 2ⁿ⁻¹ (at most 10 s), `Retry-After` up to
@@ -58,7 +77,14 @@ impl RetryPolicy {
         max_backoff: Duration::from_secs(10),
         max_retry_after: Duration::from_secs(10),
         timeout_retries: 1,
+        retry_timeout: DEFAULT_RETRY_TIMEOUT,
     };
+
+    /// This policy with the total deadline `retry_timeout`.
+    pub const fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
+        self.retry_timeout = retry_timeout;
+        self
+    }
 
     /// The backoff before retry `n` (1-based): full jitter under the cap.
     pub fn backoff(&self, n: u32) -> Duration {
@@ -110,6 +136,10 @@ pub struct Attempts {
     /// Attempts made so far.
     made: u32,
     timeouts_retried: u32,
+    /// When the first attempt started.
+    started: Instant,
+    /// The last failure was final because the deadline passed.
+    deadline_passed: bool,
 }
 
 impl Attempts {
@@ -120,6 +150,40 @@ impl Attempts {
             idempotent,
             made: 1,
             timeouts_retried: 0,
+            started: Instant::now(),
+            deadline_passed: false,
+        }
+    }
+
+    /// What is left of the request's deadline.
+    pub fn remaining(&self) -> Duration {
+        self.policy
+            .retry_timeout
+            .saturating_sub(self.started.elapsed())
+    }
+
+    /// The timeout of the next attempt: `per_attempt`, or what is left of the deadline when
+    /// that is less.
+    pub fn attempt_timeout(&self, per_attempt: Duration) -> Duration {
+        per_attempt.min(self.remaining())
+    }
+
+    /// Whether the request was given up because its deadline passed (an attempt cut short by
+    /// it, or a retry that would have started after it).
+    pub fn deadline_passed(&self) -> bool {
+        self.deadline_passed || self.remaining().is_zero()
+    }
+
+    /// The final error's message, with the deadline named when it is why the request ended.
+    pub fn give_up(&self, error: String) -> String {
+        if self.deadline_passed() {
+            format!(
+                "{error}; gave up after {} attempt(s): the request's deadline passed (retry_timeout_secs = {}s)",
+                self.made,
+                self.policy.retry_timeout.as_secs_f64()
+            )
+        } else {
+            error
         }
     }
 
@@ -142,13 +206,18 @@ impl Attempts {
         if !retryable || self.made >= self.policy.max_attempts {
             return None;
         }
-        if outcome == Outcome::TimedOut {
-            self.timeouts_retried += 1;
-        }
         let wait = match retry_after {
             Some(d) => d.min(self.policy.max_retry_after),
             None => self.policy.backoff(self.made),
         };
+        if wait >= self.remaining() {
+            // The retry could not even start before the deadline.
+            self.deadline_passed = true;
+            return None;
+        }
+        if outcome == Outcome::TimedOut {
+            self.timeouts_retried += 1;
+        }
         self.made += 1;
         Some(wait)
     }
@@ -179,7 +248,44 @@ mod tests {
             max_backoff: Duration::from_millis(150),
             max_retry_after: Duration::from_secs(2),
             timeout_retries: 1,
+            retry_timeout: Duration::from_secs(3600),
         }
+    }
+
+    /// A retry whose wait would end past the deadline is not made, and the error says why;
+    /// attempts are cut to what is left.
+    #[test]
+    fn the_deadline_bounds_retries_and_attempts() {
+        let p = policy().with_retry_timeout(Duration::from_secs(5));
+        let mut a = Attempts::new(p, true);
+        assert!(a.attempt_timeout(Duration::from_secs(60)) <= Duration::from_secs(5));
+        assert_eq!(
+            a.attempt_timeout(Duration::from_millis(10)),
+            Duration::from_millis(10)
+        );
+        assert!(!a.deadline_passed());
+        assert_eq!(a.give_up("boom".into()), "boom", "not the deadline's doing");
+        // Retry-After (capped at 2 s) fits within 5 s: retried.
+        assert_eq!(
+            a.next(Outcome::Status(503), Some(Duration::from_secs(2))),
+            Some(Duration::from_secs(2))
+        );
+        // With a 1 s deadline, a 2 s wait cannot fit: final, and said so.
+        let mut a = Attempts::new(p.with_retry_timeout(Duration::from_secs(1)), true);
+        assert_eq!(
+            a.next(Outcome::Status(503), Some(Duration::from_secs(2))),
+            None
+        );
+        assert!(a.deadline_passed());
+        let msg = a.give_up("HTTP 503".into());
+        assert!(
+            msg.contains("deadline passed") && msg.contains("retry_timeout_secs = 1s"),
+            "{msg}"
+        );
+        // A deadline already passed: nothing is retried, attempts get no time.
+        let a = Attempts::new(p.with_retry_timeout(Duration::ZERO), true);
+        assert_eq!(a.attempt_timeout(Duration::from_secs(1)), Duration::ZERO);
+        assert!(a.deadline_passed());
     }
 
     #[test]

@@ -471,7 +471,21 @@ pub trait Storage: Any + Send + Unpin {
 
     /// False when the store cannot serve requests now.
     fn is_healthy(&self) -> bool {
-        true
+        self.unhealthy().is_none()
+    }
+
+    /// Why the store cannot serve requests now (an open circuit breaker, a missing bucket,
+    /// refused credentials, an unreachable endpoint), or `None` when it can.
+    fn unhealthy(&self) -> Option<String> {
+        None
+    }
+
+    /// A health check, run when status is asked for: a cheap request that tells whether the
+    /// store can serve (the bucket exists, the credentials are accepted, the endpoint answers),
+    /// whose outcome the storage keeps (through [`Io::then`]) for [`Storage::unhealthy`].
+    /// Bounded in time. The default has nothing to check.
+    fn probe(&mut self) -> Io<()> {
+        Io::ready(())
     }
 
     /// Backend-specific status details (no secrets).

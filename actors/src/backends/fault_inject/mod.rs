@@ -477,6 +477,14 @@ impl Storage for FaultInjectStorage {
         self.inner.is_healthy()
     }
 
+    fn unhealthy(&self) -> Option<String> {
+        self.inner.unhealthy()
+    }
+
+    fn probe(&mut self) -> Io<()> {
+        self.inner.probe().within(inner_of)
+    }
+
     fn details(&self) -> serde_json::Value {
         serde_json::json!({
             "seed": self.seed,

@@ -49,6 +49,12 @@ pub struct HfBucketConfig {
     /// that could not reach the Hub, timed out, or kept getting 5xx or 429 after the retries.
     #[serde(default = "default_cooldown")]
     pub circuit_breaker_cooldown_secs: f64,
+    /// The total deadline of one Hub or Xet CAS request, every attempt and every wait between
+    /// them included (default 120; in (0, 86400]): no retry starts that could not begin before
+    /// it, and each attempt's timeout is cut to what is left, so no request outlives it
+    /// whatever the attempt count, the backoff and `Retry-After` say.
+    #[serde(default = "crate::retry::default_retry_timeout_secs")]
+    pub retry_timeout_secs: f64,
     /// How Xet compresses the xorbs a store uploads (default `none`: KV tensors barely
     /// compress, and trying costs client CPU on every byte; see [`XetCompression`]).
     #[serde(default)]
@@ -71,6 +77,13 @@ pub struct HfBucketConfig {
     /// [`XetLoadPath`].
     #[serde(default)]
     pub xet_load_path: XetLoadPath,
+    /// With `xet_load_path = "direct"`: hash every loaded chunk (BLAKE3, as Xet does) and
+    /// check the file's Merkle hash against the `xetHash` it was loaded by; a mismatch is an
+    /// error (the load then falls back to `resolve`). Default false: nothing else checks
+    /// loaded bytes (neither kvtier's reader nor hf-xet's stream verifies chunk hashes; TLS
+    /// protects them in transit).
+    #[serde(default)]
+    pub xet_verify_loads: bool,
     /// How stores write to the Xet CAS (default `direct`: kvtier chunks, packs and uploads the
     /// xorbs and the shard itself; `hf-xet`: hf-xet's upload commit). See [`XetStorePath`].
     #[serde(default)]
@@ -322,10 +335,12 @@ impl HfBucketConfig {
             hf_endpoint: None,
             rebuild_index_on_start: None,
             circuit_breaker_cooldown_secs: default_cooldown(),
+            retry_timeout_secs: crate::retry::DEFAULT_RETRY_TIMEOUT.as_secs_f64(),
             xet_compression: XetCompression::default(),
             xet_global_dedup: false,
             xet_token_reserve_secs: default_token_reserve(),
             xet_load_path: XetLoadPath::default(),
+            xet_verify_loads: false,
             xet_store_path: XetStorePath::default(),
             xet_chunking: XetChunking::default(),
         }
@@ -340,6 +355,13 @@ impl HfBucketConfig {
             return Err(FieldError::new(
                 "metadata_cache_ttl_secs",
                 format!("must be a finite number >= 0, got {t}"),
+            ));
+        }
+        let r = self.retry_timeout_secs;
+        if !(r.is_finite() && r > 0.0 && r <= 86_400.0) {
+            return Err(FieldError::new(
+                "retry_timeout_secs",
+                format!("must be a number of seconds in (0, 86400], got {r}"),
             ));
         }
         let c = self.circuit_breaker_cooldown_secs;

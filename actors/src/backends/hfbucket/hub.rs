@@ -7,7 +7,9 @@
 //! existing; the Xet CAS's write routes are content-addressed: a repeated xorb grant, upload,
 //! commit or shard stores the same thing once). A failure after the retries keeps the kind of
 //! its last attempt (connection, timeout, throttled, server), which the adapter's circuit
-//! breaker counts.
+//! breaker counts. Every request has one total deadline (`retry_timeout_secs`, see
+//! [`crate::retry`]): each attempt's timeout (at most [`ATTEMPT_TIMEOUT`]) is cut to what is left
+//! of it, and no retry starts after it; an error given up for it says so.
 
 use std::collections::HashMap;
 use std::io::Read;
@@ -34,6 +36,56 @@ pub const MAX_PER_REQUEST: usize = 1000;
 pub const MAX_ATTEMPTS: u32 = RetryPolicy::HUB.max_attempts;
 /// Longest wait between attempts, whatever `Retry-After` says.
 pub const MAX_BACKOFF: Duration = RetryPolicy::HUB.max_retry_after;
+/// Longest a single attempt may take (body included), unless the request's deadline is nearer.
+pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// One attempt of a Hub request: the client's agent, with the attempt's timeout applied to
+/// every request built through it.
+pub(super) struct Attempt<'a> {
+    agent: &'a ureq::Agent,
+    timeout: Duration,
+}
+
+impl Attempt<'_> {
+    /// A GET of `uri`.
+    pub(super) fn get<T>(&self, uri: T) -> ureq::RequestBuilder<ureq::typestate::WithoutBody>
+    where
+        ureq::http::Uri: TryFrom<T>,
+        <ureq::http::Uri as TryFrom<T>>::Error: Into<ureq::http::Error>,
+    {
+        self.agent
+            .get(uri)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build()
+    }
+
+    /// A POST to `uri`.
+    pub(super) fn post<T>(&self, uri: T) -> ureq::RequestBuilder<ureq::typestate::WithBody>
+    where
+        ureq::http::Uri: TryFrom<T>,
+        <ureq::http::Uri as TryFrom<T>>::Error: Into<ureq::http::Error>,
+    {
+        self.agent
+            .post(uri)
+            .config()
+            .timeout_global(Some(self.timeout))
+            .build()
+    }
+
+    /// Sends a prepared request.
+    pub(super) fn run<B: ureq::AsSendBody>(
+        &self,
+        req: ureq::http::Request<B>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        let req = self
+            .agent
+            .configure_request(req)
+            .timeout_global(Some(self.timeout))
+            .build();
+        self.agent.run(req)
+    }
+}
 
 /// One entry of a listing or `paths-info` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -120,6 +172,8 @@ pub struct HubClient {
     endpoint: String,
     handle: BucketHandle,
     token: Option<Secret>,
+    /// The retry policy, with the request deadline (`retry_timeout_secs`).
+    policy: RetryPolicy,
     /// Requests by route and retries by cause (off until [`HubClient::set_metrics`]).
     metrics: crate::metrics::AdapterMetrics,
 }
@@ -170,7 +224,7 @@ impl HubClient {
             .http_status_as_error(false)
             .max_idle_connections_per_host(workers.max(3))
             .max_idle_connections((3 * workers).max(10))
-            .timeout_global(Some(Duration::from_secs(120)))
+            .timeout_global(Some(ATTEMPT_TIMEOUT))
             .max_redirects(5)
             .build()
             .into();
@@ -179,8 +233,15 @@ impl HubClient {
             endpoint: endpoint.trim_end_matches('/').to_owned(),
             handle,
             token,
+            policy: RetryPolicy::HUB,
             metrics: crate::metrics::AdapterMetrics::off(),
         }
+    }
+
+    /// The same client with the total deadline of a request (`retry_timeout_secs`).
+    pub fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
+        self.policy = self.policy.with_retry_timeout(retry_timeout);
+        self
     }
 
     /// Counts this client's requests (by route: the operation name) and retries in `metrics`.
@@ -197,16 +258,23 @@ impl HubClient {
         format!("{}/api/buckets/{}{tail}", self.endpoint, self.handle.id())
     }
 
-    /// Sends a request built by `make`, retrying under [`RetryPolicy::HUB`].
+    /// Sends a request built by `make`, retrying under [`RetryPolicy::HUB`] within the
+    /// request's deadline.
     pub(super) fn call(
         &self,
         op: &'static str,
-        make: impl Fn(&ureq::Agent) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        make: impl Fn(&Attempt<'_>) -> Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     ) -> Result<ureq::http::Response<ureq::Body>, BackendError> {
-        let mut attempts = Attempts::new(RetryPolicy::HUB, true);
+        let mut attempts = Attempts::new(self.policy, true);
         loop {
             self.metrics.hub_request(op);
-            let (outcome, retry_after, error) = match make(&self.agent) {
+            let attempt = Attempt {
+                agent: &self.agent,
+                timeout: attempts
+                    .attempt_timeout(ATTEMPT_TIMEOUT)
+                    .max(Duration::from_millis(1)),
+            };
+            let (outcome, retry_after, error) = match make(&attempt) {
                 Ok(r) if !crate::retry::retryable_status(r.status().as_u16()) => return Ok(r),
                 Ok(r) => {
                     let s = r.status().as_u16();
@@ -223,7 +291,8 @@ impl HubClient {
                 }
             };
             let Some(wait) = attempts.next(outcome, retry_after) else {
-                return Err(error);
+                let message = attempts.give_up(error.message().to_owned());
+                return Err(BackendError::new(error.kind(), error.op(), message));
             };
             self.metrics.retry(outcome.label());
             tracing::debug!(

@@ -27,7 +27,7 @@ use crate::breaker::Breaker;
 use crate::buffer::LoadBuf;
 use crate::key::{hf_decode, NameFormat, ObjectKey};
 use crate::messages::KeyPage;
-use crate::storage::{BackendError, Fetched, Io, Recovered, Removed, Storage};
+use crate::storage::{BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage};
 use crate::worker_pool::{fan_out, run_on, WorkerPool};
 
 /// The metadata cache is first swept of expired entries when it holds this many.
@@ -73,6 +73,8 @@ struct Ctx {
     write: WriteSettings,
     /// How loads read the Xet CAS.
     load_path: XetLoadPath,
+    /// Direct loads check the bytes against the file's Xet hash (`xet_verify_loads`).
+    verify_loads: bool,
 }
 
 /// A store job's share of the actor's state: the Xet writer and write token, if it has them.
@@ -384,7 +386,8 @@ impl HfStorage {
         })?;
         Ok(Self {
             ctx: Arc::new(Ctx {
-                hub: HubClient::new(&endpoint, handle, token, cfg.num_workers),
+                hub: HubClient::new(&endpoint, handle, token, cfg.num_workers)
+                    .with_retry_timeout(Duration::from_secs_f64(cfg.retry_timeout_secs)),
                 format,
                 xet_dir: tmp_root.join("xet"),
                 write: WriteSettings {
@@ -395,6 +398,7 @@ impl HfStorage {
                     chunking: cfg.xet_chunking,
                 },
                 load_path: cfg.xet_load_path,
+                verify_loads: cfg.xet_verify_loads,
             }),
             pool: WorkerPool::start(cfg.num_workers),
             workers: cfg.num_workers,
@@ -693,7 +697,7 @@ impl Storage for HfStorage {
                 let prep = run_on(&pool, move || {
                     let meta = (!ask.is_empty()).then(|| ctx2.hub.paths_meta(&ask));
                     let opened = try_open.then(|| match XetReader::connect(&ctx2.hub, &ctx2.xet_dir, ctx2.load_path) {
-                        Ok(r) => Ok(Arc::new(r)),
+                        Ok(r) => Ok(Arc::new(r.with_verify(ctx2.verify_loads))),
                         Err(e) => {
                             tracing::warn!(error = %e, "cannot open a Xet reader; loads use resolve");
                             Err(Instant::now())
@@ -909,6 +913,7 @@ impl Storage for HfStorage {
                 "xet_fallbacks": self.xet_fallbacks,
                 "xet_reader_open": self.reader.is_some(),
                 "xet_load_path": self.ctx.load_path.as_str(),
+                "xet_verify_loads": self.ctx.verify_loads,
             },
             "stores": {
                 "xet_store_path": self.ctx.write.store_path.as_str(),
@@ -944,8 +949,39 @@ impl Storage for HfStorage {
         self.metrics = metrics;
     }
 
-    fn is_healthy(&self) -> bool {
-        self.breaker.is_closed()
+    fn unhealthy(&self) -> Option<String> {
+        self.breaker.unhealthy()
+    }
+
+    /// The bucket's info route (`GET /api/buckets/{ns}/{name}`) on a worker, while the breaker
+    /// is closed: an answer means the Hub is reachable and takes the token; 404 is a missing
+    /// bucket, unless `create_bucket_if_missing` will create it on the first store; 401/403
+    /// a refused token. Bounded by the Hub client's retry deadline (`retry_timeout_secs`).
+    fn probe(&mut self) -> Io<()> {
+        if !self.breaker.wants_probe() {
+            return Io::ready(());
+        }
+        let create = self.create_if_missing;
+        let fut = self.job(
+            "health check",
+            move |ctx| match ctx.hub.bucket_exists() {
+                Ok(true) => Ok(()),
+                Ok(false) if create => Ok(()),
+                Ok(false) => Err(BackendError::new(
+                    ErrorKind::BucketMissing,
+                    "health check",
+                    format!(
+                        "bucket {:?} does not exist (the Hub answered 404) and create_bucket_if_missing is false",
+                        ctx.hub.handle().id()
+                    ),
+                )),
+                Err(e) => Err(e),
+            },
+            Err,
+        );
+        Io::pending_then(fut, |s: &mut HfStorage, r: Result<(), BackendError>| {
+            s.breaker.probed(&r)
+        })
     }
 }
 

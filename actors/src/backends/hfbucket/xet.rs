@@ -73,6 +73,8 @@ enum ReadPath {
 /// every load of an adapter. No chunk cache is involved, so every load reads from the CAS.
 pub struct XetReader {
     path: ReadPath,
+    /// The direct reader checks every load against its Xet hash (`xet_verify_loads`).
+    verify: bool,
 }
 
 impl std::fmt::Debug for XetReader {
@@ -97,6 +99,7 @@ impl XetReader {
         if path == XetLoadPath::Direct {
             return Ok(Self {
                 path: ReadPath::Direct(token),
+                verify: false,
             });
         }
         let session = XetSessionBuilder::new()
@@ -116,7 +119,15 @@ impl XetReader {
                 _session: session,
                 group,
             },
+            verify: false,
         })
+    }
+
+    /// The same reader, checking (on the direct path) that every load hashes to its Xet hash
+    /// (`xet_verify_loads`); see [`super::cas::read_direct`].
+    pub fn with_verify(mut self, verify: bool) -> Self {
+        self.verify = verify;
+        self
     }
 
     /// Whether the reader can serve loads started at `now` (seconds since the epoch): a direct
@@ -144,7 +155,8 @@ impl XetReader {
         }
         let group = match &self.path {
             ReadPath::Direct(token) => {
-                return super::cas::read_direct(hub, token, hash, buf).map(|()| Fetched::Hit)
+                return super::cas::read_direct(hub, token, hash, buf, self.verify)
+                    .map(|()| Fetched::Hit)
             }
             ReadPath::Stream { group, .. } => group,
         };

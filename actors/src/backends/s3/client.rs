@@ -108,6 +108,7 @@ pub(crate) async fn build_clients(
         .timeout_config(
             TimeoutConfig::builder()
                 .connect_timeout(CONNECT_TIMEOUT)
+                .operation_timeout(Duration::from_secs_f64(cfg.retry_timeout_secs))
                 .operation_attempt_timeout(
                     cfg.s3_attempt_timeout_secs
                         .map_or(ATTEMPT_TIMEOUT, Duration::from_secs_f64),

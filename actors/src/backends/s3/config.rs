@@ -141,6 +141,13 @@ pub struct S3Config {
     /// on every HEAD 404).
     #[serde(default = "default_bucket_check")]
     pub s3_bucket_check_secs: f64,
+    /// The total deadline of one request, every attempt and every wait between them included
+    /// (default 120; in (0, 86400]): no retry starts that could not begin before it, and each
+    /// attempt's timeout is cut to what is left, so no request outlives it whatever
+    /// `s3_attempt_timeout_secs`, the backoff and `Retry-After` say. The SDK path (listing,
+    /// deletes, S3 Express) gives it to the SDK as its operation timeout.
+    #[serde(default = "crate::retry::default_retry_timeout_secs")]
+    pub retry_timeout_secs: f64,
 }
 
 fn default_io_threads() -> usize {
@@ -198,6 +205,7 @@ impl S3Config {
             s3_attempt_timeout_secs: None,
             s3_data_path: DataPath::Direct,
             s3_bucket_check_secs: default_bucket_check(),
+            retry_timeout_secs: crate::retry::default_retry_timeout_secs(),
         }
     }
 
@@ -264,6 +272,13 @@ impl S3Config {
             return Err(FieldError::new(
                 "s3_bucket_check_secs",
                 format!("must be a number of seconds in [0, 86400], got {b}"),
+            ));
+        }
+        let t = self.retry_timeout_secs;
+        if !(t.is_finite() && t > 0.0 && t <= 86_400.0) {
+            return Err(FieldError::new(
+                "retry_timeout_secs",
+                format!("must be a number of seconds in (0, 86400], got {t}"),
             ));
         }
         if let Some(t) = self.s3_attempt_timeout_secs {

@@ -339,6 +339,8 @@ pub struct S3Storage {
     in_flight_bound: usize,
     /// The direct data path, or why the SDK carries the data instead.
     direct: Result<DirectPath, String>,
+    /// How long a health check may take: [`PROBE_TIMEOUT`], or the attempt timeout if shorter.
+    probe_timeout: Duration,
 }
 
 /// `"direct"`, or `"sdk: <why>"` (for status and the log).
@@ -457,6 +459,10 @@ impl S3Storage {
             endpoint,
             region: cfg.s3_region.clone(),
             in_flight_bound: cfg.s3_num_io_threads,
+            probe_timeout: PROBE_TIMEOUT.min(
+                cfg.s3_attempt_timeout_secs
+                    .map_or(PROBE_TIMEOUT, Duration::from_secs_f64),
+            ),
             direct,
         })
     }
@@ -518,6 +524,51 @@ impl S3Storage {
                 out
             },
         )
+    }
+}
+
+/// The object a health check GETs (under the key prefix). It is no key's name (no `@`), so
+/// listings and recovery skip it; it is not expected to exist.
+pub const PROBE_OBJECT: &str = ".kvtier-health-check";
+
+/// How long a health check may take before the endpoint counts as unreachable.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The health check: a GET of [`PROBE_OBJECT`] on the data path, the cheapest request that
+/// exercises what loads need. `NoSuchKey` (or the object itself) means the store serves;
+/// `NoSuchBucket` is a missing bucket; refused credentials, other errors and no connection are
+/// failures. A plain `AccessDenied` is taken as serving: AWS answers it instead of 404 for a
+/// missing object when the credentials lack `s3:ListBucket`, which kvtier does not need.
+async fn probe_once(shared: &Shared, direct: Option<&Direct>) -> Result<(), BackendError> {
+    let object = format!("{}{PROBE_OBJECT}", shared.prefix);
+    let r = match direct {
+        Some(d) => d.get(&object, &mut []).await.map(|_| ()),
+        None => {
+            let sent = shared
+                .client
+                .get_object()
+                .bucket(&shared.bucket)
+                .key(&object)
+                .send()
+                .await;
+            match sent {
+                Ok(_) => Ok(()),
+                Err(e) if matches!(e.code(), Some("NoSuchKey" | "AccessDenied")) => Ok(()),
+                Err(e) => Err(classify("health check", &shared.bucket, e)),
+            }
+        }
+    };
+    match r {
+        Err(e) if e.kind() == ErrorKind::Permission && e.to_string().contains(": AccessDenied") => {
+            Ok(())
+        }
+        // A failure (a missing bucket) is noted for the bucket check; an answer is not taken
+        // as having seen the bucket, so health checks never change what a HEAD 404 means.
+        Ok(()) => Ok(()),
+        r => {
+            shared.follow(&r);
+            r
+        }
     }
 }
 
@@ -877,8 +928,41 @@ impl Storage for S3Storage {
         }))
     }
 
-    fn is_healthy(&self) -> bool {
-        self.breaker.is_closed()
+    fn unhealthy(&self) -> Option<String> {
+        self.breaker.unhealthy()
+    }
+
+    /// One GET of [`PROBE_OBJECT`] under the prefix, bounded by [`PROBE_TIMEOUT`] (or the
+    /// attempt timeout if shorter), while the
+    /// breaker is closed. See [`probe_once`].
+    fn probe(&mut self) -> Io<()> {
+        if !self.breaker.wants_probe() {
+            return Io::ready(());
+        }
+        let direct = self.signer();
+        let shared = self.shared.clone();
+        let limit = self.probe_timeout;
+        let task = self.handle.spawn(async move {
+            tokio::time::timeout(limit, probe_once(&shared, direct.as_deref()))
+                .await
+                .unwrap_or_else(|_| {
+                    Err(BackendError::new(
+                        ErrorKind::Timeout,
+                        "health check",
+                        format!(
+                            "no answer from the endpoint within {:.1}s",
+                            limit.as_secs_f64()
+                        ),
+                    ))
+                })
+        });
+        Io::pending_then(
+            async move {
+                task.await
+                    .unwrap_or_else(|e| Err(BackendError::worker("health check", e.to_string())))
+            },
+            |s: &mut S3Storage, r: Result<(), BackendError>| s.breaker.probed(&r),
+        )
     }
 
     fn details(&self) -> serde_json::Value {
