@@ -124,7 +124,7 @@ impl XetReader {
     }
 
     /// The same reader, checking (on the direct path) that every load hashes to its Xet hash
-    /// (`xet_verify_loads`); see [`super::cas::read_direct`].
+    /// (`xet_verify_loads`); see `cas::read_direct`.
     pub fn with_verify(mut self, verify: bool) -> Self {
         self.verify = verify;
         self

@@ -934,7 +934,7 @@ impl Storage for S3Storage {
 
     /// One GET of [`PROBE_OBJECT`] under the prefix, bounded by [`PROBE_TIMEOUT`] (or the
     /// attempt timeout if shorter), while the
-    /// breaker is closed. See [`probe_once`].
+    /// breaker is closed. See `probe_once`.
     fn probe(&mut self) -> Io<()> {
         if !self.breaker.wants_probe() {
             return Io::ready(());
