@@ -2,20 +2,9 @@
 
 use std::process::Command;
 
-fn kvtier(args: &[&str]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kvtier"))
-        .args(args)
-        .current_dir(dir.path())
-        .env_remove("KVTIER_L2_ADAPTER")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::kvtier;
 
 #[test]
 fn check_config_prints_resolved_config_or_error() {

@@ -6,7 +6,10 @@
 //!
 //! Ordering is by replies and usage events, never by sleeping.
 
+#[path = "support/cli.rs"]
+mod cli_support;
 mod support;
+use cli_support::kvtier;
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -481,19 +484,6 @@ async fn a_store_killed_mid_write_never_loads_torn_or_stale() {
 
 // ---------------------------------------------------------------------------------------------
 // kvtier scrub
-
-fn kvtier(args: &[&str]) -> (i32, String, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_kvtier"))
-        .args(args)
-        .env_remove("KVTIER_L2_ADAPTER")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
 
 /// Writes an object file as kvtier does (with its CRC32C attribute when `crc`).
 fn forge(dir: &Path, name: &str, data: &[u8], crc: bool) {

@@ -4,7 +4,10 @@
 //! and the field.
 
 use std::path::PathBuf;
-use std::process::Command;
+
+#[path = "support/cli.rs"]
+mod cli_support;
+use cli_support::kvtier;
 
 use kvtier::config::{ConfigError, ConfigSources, TierConfig};
 
@@ -60,19 +63,7 @@ fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
 }
 
 fn check_config(args: &[&str]) -> (i32, String, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_kvtier"))
-        .arg("check-config")
-        .args(args)
-        .current_dir(dir.path())
-        .env_remove("KVTIER_L2_ADAPTER")
-        .output()
-        .unwrap();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    kvtier(&[&["check-config"], args].concat())
 }
 
 fn load(path: PathBuf) -> Result<TierConfig, ConfigError> {

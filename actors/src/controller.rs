@@ -171,6 +171,24 @@ impl Controller {
         self.holders.get(key)?.first().map(|(a, _)| *a)
     }
 
+    /// Sends `msg` to adapter `index`'s backend actor and passes its reply on; a missing
+    /// adapter or a stopped backend actor is a [`BackendError`].
+    fn forward<M, R>(&self, index: AdapterIndex, msg: M) -> ResponseFuture<Result<R, BackendError>>
+    where
+        M: Message<Result = Result<R, BackendError>> + Send + 'static,
+        R: Send + 'static,
+        BackendActor: Handler<M>,
+    {
+        let target = self.adapter(index).cloned();
+        Box::pin(async move {
+            let a = target?;
+            a.addr
+                .send(msg)
+                .await
+                .map_err(|e| BackendError::unavailable(a.unavailable(e)))?
+        })
+    }
+
     fn adapter(&self, index: AdapterIndex) -> Result<&AdapterHandle, BackendError> {
         self.adapters.get(index).ok_or_else(|| {
             BackendError::invalid(format!(
@@ -474,14 +492,7 @@ impl Handler<ListKeys> for Controller {
     type Result = ResponseFuture<Result<KeyPage, BackendError>>;
 
     fn handle(&mut self, msg: ListKeys, _: &mut Context<Self>) -> Self::Result {
-        let target = self.adapter(msg.adapter).cloned();
-        Box::pin(async move {
-            let a = target?;
-            a.addr
-                .send(msg)
-                .await
-                .map_err(|e| BackendError::unavailable(a.unavailable(e)))?
-        })
+        self.forward(msg.adapter, msg)
     }
 }
 
@@ -489,14 +500,7 @@ impl Handler<Verify> for Controller {
     type Result = ResponseFuture<Result<VerifyReport, BackendError>>;
 
     fn handle(&mut self, msg: Verify, _: &mut Context<Self>) -> Self::Result {
-        let target = self.adapter(msg.adapter).cloned();
-        Box::pin(async move {
-            let a = target?;
-            a.addr
-                .send(msg)
-                .await
-                .map_err(|e| BackendError::unavailable(a.unavailable(e)))?
-        })
+        self.forward(msg.adapter, msg)
     }
 }
 
