@@ -1,5 +1,5 @@
 //! Runs the loopback Hugging Face Hub emulator on its own (test support, see
-//! `tests/support/hub.rs`):
+//! `testkit/src/hub.rs`):
 //!
 //! ```sh
 //! cargo run --release --example hub_emulator -- --port 0 --token T
@@ -9,8 +9,7 @@
 //! until killed. The Xet CAS endpoint goes to stderr. Faults and request counters are reachable
 //! over HTTP under `/_emulator/` (see the module documentation).
 
-#[path = "../tests/support/hub.rs"]
-mod hub;
+use kvtier_testkit::hub;
 
 use std::io::Write;
 

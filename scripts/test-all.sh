@@ -57,7 +57,7 @@ step "tests"
 cargo test --workspace --no-fail-fast
 
 step "tests, minimal runtime (an s3/hfbucket adapter is a named config error)"
-cargo test --no-default-features --test config
+cargo test -p kvtier --no-default-features --test config
 
 step "LMCache plugin: venv (lmcache 0.5.6, torch CPU; cached), kvtier wheel"
 # python/tests starts its own Garage (KVTIER_GARAGE_BIN) and Hub emulator (built here).

@@ -14,7 +14,8 @@
 //! adapter); each turns on the feature of the same name in `kvtier-actors`. Without them
 //! (`--no-default-features`) the runtime has the `memory`, `fs` and `fault_inject` adapters, and
 //! a configuration naming `s3` or `hfbucket` is a [`ConfigError`] that names the missing feature.
-//! The `kvtier` command line and its bench are a binary (`src/bin/kvtier`), not library API.
+//! The `kvtier` command line and its bench are the crate `kvtier-cli` (`cli/`), not library API:
+//! a host that embeds this crate compiles none of their dependencies.
 //!
 //! ```no_run
 //! use bytes::{Bytes, BytesMut};

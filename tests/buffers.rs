@@ -3,7 +3,7 @@
 //! key hit, missed, the backend actor died before or during the load, or several adapters
 //! answered. And host memory is written in place: no intermediate copy.
 
-mod support;
+use kvtier_testkit as support;
 
 use actix::prelude::*;
 use bytes::{Bytes, BytesMut};

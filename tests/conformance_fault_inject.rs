@@ -2,7 +2,7 @@
 //! message-level tests of injected faults: per-key errors and misses, exact accounting, no
 //! leaked locks, dropped replies that fail instead of hanging, latency that blocks no thread.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::time::{Duration, Instant};
 
@@ -25,7 +25,7 @@ impl Fixture for FaultInject {
     }
 }
 
-conformance_tests!(FaultInject);
+support::conformance_tests!(FaultInject);
 
 async fn start(faults: FaultInjectConfig) -> Tier {
     Tier::start(&{

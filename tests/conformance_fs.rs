@@ -1,7 +1,7 @@
 //! The conformance suite against the `fs` backend, plus its own tests (restart recovery,
 //! atomic writes, LMCache file names).
 
-mod support;
+use kvtier_testkit as support;
 
 use bytes::BytesMut;
 use kvtier::{AdapterConfig, Tier, TierConfig};
@@ -23,7 +23,7 @@ impl Fixture for Fs {
     }
 }
 
-conformance_tests!(Fs::new());
+support::conformance_tests!(Fs::new());
 
 fn config(a: AdapterConfig) -> TierConfig {
     {

@@ -1,6 +1,6 @@
 //! The conformance suite against the `memory` backend.
 
-mod support;
+use kvtier_testkit as support;
 
 use kvtier::AdapterConfig;
 use support::conformance::Fixture;
@@ -13,4 +13,4 @@ impl Fixture for Memory {
     }
 }
 
-conformance_tests!(Memory);
+support::conformance_tests!(Memory);

@@ -8,7 +8,7 @@ use kvtier::actors::config::{EvictionConfig, EvictionPolicy, EvictionUnit, FlruA
 use kvtier::actors::eviction::{GetQuotas, QuotaError, SetQuota, WhenIdle};
 use kvtier::{AdapterConfig, ObjectKey, Tier, TierConfig};
 
-mod support;
+use kvtier_testkit as support;
 use support::payload;
 
 fn skey(salt: &str, i: u32) -> ObjectKey {

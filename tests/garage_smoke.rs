@@ -4,7 +4,7 @@
 //! The signed requests use `curl --aws-sigv4` (curl ≥ 7.75), so this file needs no Rust S3
 //! client; the S3 backend's own tests exercise Garage through `aws-sdk-s3`.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::path::Path;
 use std::process::Command;

@@ -2,7 +2,7 @@
 //! own local CAS server: the conformance suite, plus handle/token behaviour, the metadata
 //! cache, partial batch failures, bucket creation and throttling.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::time::Duration;
 
@@ -62,7 +62,7 @@ impl Fixture for Hf {
     }
 }
 
-conformance_tests!(Hf::new());
+support::conformance_tests!(Hf::new());
 
 fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {
     {
@@ -1015,12 +1015,12 @@ impl Fixture for HfStorePath {
 
 mod hf_xet_store {
     use super::*;
-    conformance_tests!(HfStorePath::new("hf-xet", "cdc"));
+    support::conformance_tests!(HfStorePath::new("hf-xet", "cdc"));
 }
 
 mod fixed_chunks {
     use super::*;
-    conformance_tests!(HfStorePath::new("direct", "fixed"));
+    support::conformance_tests!(HfStorePath::new("direct", "fixed"));
 }
 
 /// Every store path writes objects that both load paths read back (across xorbs: one batch

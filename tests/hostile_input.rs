@@ -6,7 +6,7 @@
 //! wrong; everything accepted round-trips. The number of cases per property is in [`CASES`];
 //! `cargo test --test hostile_input -- --nocapture` prints each property's count and time.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::collections::HashMap;
 use std::io::Write;

@@ -1,9 +1,8 @@
-//! Checks of the loopback Hugging Face Hub emulator (tests/support/hub.rs): auth and status codes,
+//! Checks of the loopback Hugging Face Hub emulator (testkit/src/hub.rs): auth and status codes,
 //! a real Xet upload and download through `hf-xet` against the Xet project's own CAS server,
 //! batch registration, paths-info/tree/resolve shapes, `Link` paging, and the fault switches.
 
-#[path = "support/hub.rs"]
-mod hub;
+use kvtier_testkit::hub;
 
 use std::collections::BTreeSet;
 use std::path::Path;

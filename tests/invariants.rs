@@ -30,7 +30,8 @@
 //! prints the count and time. A failing case is shrunk to a short operation
 //! sequence, printed in the panic.
 
-mod support;
+#[cfg(any(feature = "s3", feature = "hfbucket"))]
+use kvtier_testkit as support;
 
 use std::cell::Cell;
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Runtime-level behaviour beyond the conformance suite: polling hosts, start-up errors.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::sync::atomic::Ordering::SeqCst;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! Garage is started by the tests themselves (tests/support/garage.rs); `scripts/test-all.sh`
 //! installs it.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::time::Duration;
 
@@ -94,13 +94,13 @@ impl Fixture for S3 {
     }
 }
 
-conformance_tests!(S3::new());
+support::conformance_tests!(S3::new());
 
 /// The same conformance suite with `s3_data_path = "sdk"`: the SDK carries PUT, GET and HEAD
 /// too (the path taken with expiring credentials or S3 Express).
 mod sdk_data_path {
     use super::*;
-    conformance_tests!(S3::sdk());
+    support::conformance_tests!(S3::sdk());
 }
 
 fn tier_config(adapters: Vec<AdapterConfig>) -> TierConfig {

@@ -4,7 +4,7 @@
 //! (a missing bucket is an error, never a miss; a storm of 503s opens the breaker; a skewed
 //! clock is corrected). Each test runs on both data paths where the behaviour applies to both.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::io::{Read, Write};
 use std::net::TcpListener;

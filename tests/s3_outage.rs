@@ -16,7 +16,7 @@
 //! Figures are printed with `eprintln!` (run with `--nocapture` to see them); RELIABILITY.md
 //! records them. The only timing assertions are hang bounds, not performance targets.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;

@@ -7,7 +7,7 @@
 //! checked the same way. The loopback server checks the secrets were really sent, so the run
 //! did use them.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

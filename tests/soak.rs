@@ -19,7 +19,7 @@
 //! KVTIER_SOAK_SECS=600 cargo test --release --test soak -- --nocapture
 //! ```
 
-mod support;
+use kvtier_testkit as support;
 
 use std::cell::RefCell;
 use std::rc::Rc;

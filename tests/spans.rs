@@ -3,7 +3,7 @@
 //! OpenTelemetry layer on it) sees each store, lookup, load and delete. Fields are counts and
 //! names only.
 
-mod support;
+use kvtier_testkit as support;
 
 use bytes::BytesMut;
 use kvtier::{AdapterConfig, Tier, TierConfig};

@@ -3,7 +3,7 @@
 //! (`prometheus-parse`); the families a run must move are non-zero, the ones it must not move
 //! (breaker opened, failures) stay zero, and every series carries the adapter's labels.
 
-mod support;
+use kvtier_testkit as support;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -232,7 +232,7 @@ fn dashboard_queries_only_existing_metrics() {
     let dashboard: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(concat!(
             env!("CARGO_MANIFEST_DIR"),
-            "/dashboards/kvtier.json"
+            "/../dashboards/kvtier.json"
         ))
         .unwrap(),
     )

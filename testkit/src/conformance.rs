@@ -12,7 +12,7 @@ use kvtier::actors::eviction::{GetLruOrder, WhenIdle};
 use kvtier::actors::{Delete, ListKeys, TierEvent, UsageEventKind};
 use kvtier::{AdapterConfig, Tier, TierConfig};
 
-use super::{key, payload, salted, wait_until};
+use crate::{key, payload, salted, wait_until};
 
 /// Makes fresh, empty adapters of one backend type.
 pub trait Fixture {
@@ -748,7 +748,7 @@ macro_rules! conformance_tests {
             #[actix_rt::test]
             async fn $name() {
                 let fx = $fx;
-                support::conformance::$name(&fx).await;
+                $crate::conformance::$name(&fx).await;
             }
         )*
     };

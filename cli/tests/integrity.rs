@@ -8,8 +8,8 @@
 
 #[path = "support/cli.rs"]
 mod cli_support;
-mod support;
 use cli_support::kvtier;
+use kvtier_testkit as support;
 
 use std::io::{BufRead, BufReader, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};

@@ -1,9 +1,8 @@
-//! Test support: the conformance suite every backend runs, and small helpers.
-
-#![allow(dead_code)]
+//! Test support for kvtier (not published): the conformance suite every backend's tests call
+//! (as object_store's `integration` module), the Garage harness (`garage`), the loopback Hugging
+//! Face Hub emulator (`hub`) and small helpers. Tests take it as `use kvtier_testkit as support;`.
 
 pub mod conformance;
-#[cfg(feature = "s3")]
 pub mod garage;
 pub mod hub;
 
