@@ -112,9 +112,11 @@ async fn the_checksum_rides_in_an_xattr_and_lmcache_files_still_load() {
     let dir = tempfile::tempdir().unwrap();
     let tier = start(fs_spec(dir.path(), FsChecksum::Crc32c)).await;
     let data = payload(1, SIZE);
-    tier.store(vec![key(1), key(2)], vec![data.clone(), payload(2, SIZE)])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![data.clone(), payload(2, SIZE)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let file = file_of(dir.path(), &data);
     let attr = xattr::get(&file, CRC_XATTR).unwrap().unwrap();
     assert_eq!(attr, crc32c(&data).to_be_bytes());
@@ -142,9 +144,11 @@ async fn a_byte_flipped_at_rest_is_a_miss_counted_and_removed() {
     let tier = start(fs_spec(dir.path(), FsChecksum::Crc32c)).await;
     let events = tier.events();
     let (a, b) = (payload(1, SIZE), payload(2, SIZE));
-    tier.store(vec![key(1), key(2)], vec![a.clone(), b.clone()])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![a.clone(), b.clone()])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     flip_at_rest(&file_of(dir.path(), &a), 100);
     let fb = file_of(dir.path(), &b);
     flip_at_rest(&fb, SIZE as u64 - 1);
@@ -169,7 +173,11 @@ async fn a_byte_flipped_at_rest_is_a_miss_counted_and_removed() {
     assert_eq!(corrupt_total(&tier), 2);
     assert_eq!(fs_details(&tier).await["corrupt_objects"], 2);
     // A fresh store of the key is served again.
-    tier.store(vec![key(2)], vec![b.clone()]).await.unwrap();
+    assert!(tier
+        .store(vec![key(2)], vec![b.clone()])
+        .await
+        .unwrap()
+        .success());
     assert!(tier.lookup_and_lock(vec![key(2)]).await.unwrap().get(0));
     let (hit, buf) = load_one(&tier, &key(2), SIZE).await;
     assert!(hit);
@@ -202,9 +210,11 @@ async fn a_body_changed_in_flight_is_a_miss_where_a_checksum_is_checked() {
     for i in 0..20 {
         stored.push(payload(i, SIZE));
     }
-    tier.store((0..20).map(key).collect(), stored.clone())
+    assert!(tier
+        .store((0..20).map(key).collect(), stored.clone())
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let bufs = (0..20).map(|_| BytesMut::zeroed(SIZE)).collect();
     let r = tier.load((0..20).map(key).collect(), bufs).await;
     assert_eq!(r.hits.count_ones(), 0, "a changed body is never a hit");
@@ -221,9 +231,11 @@ async fn a_body_changed_in_flight_is_a_miss_where_a_checksum_is_checked() {
     ))]))
     .await
     .unwrap();
-    tier.store(vec![key(1)], vec![payload(1, SIZE)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, SIZE)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let (hit, buf) = load_one(&tier, &key(1), SIZE).await;
     assert!(hit, "without a checksum nothing can tell");
     assert_ne!(&buf[..], &payload(1, SIZE)[..]);
@@ -238,9 +250,11 @@ async fn verify_finds_corrupt_objects_and_deletes_them_respecting_locks() {
     let tier = start(fs_spec(dir.path(), FsChecksum::Crc32c)).await;
     let events = tier.events();
     let data: Vec<Bytes> = (0..4).map(|i| payload(i, SIZE)).collect();
-    tier.store((0..4).map(key).collect(), data.clone())
+    assert!(tier
+        .store((0..4).map(key).collect(), data.clone())
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     flip_at_rest(&file_of(dir.path(), &data[1]), 7);
     let locked_file = file_of(dir.path(), &data[2]);
     flip_at_rest(&locked_file, 8);
@@ -304,6 +318,50 @@ fn the_checksum_field_parses() {
     );
     let err = parse(r#", "checksum": "md5""#).unwrap_err().to_string();
     assert!(err.contains("checksum"), "{err}");
+}
+
+/// A file system without user extended attributes (ramfs, mounted in a private mount namespace
+/// by `unshare`, so nothing outside the test sees it) is reported at start with the switch that
+/// lifts it; with `checksum = "off"` the same directory serves.
+#[test]
+fn a_file_system_without_user_xattrs_is_reported_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let status = |extra: &str| {
+        let adapter = format!(
+            r#"{{"type": "fs", "base_path": "{}"{extra}}}"#,
+            dir.path().display()
+        );
+        let out = Command::new("unshare")
+            .args(["--mount", "--map-root-user", "sh", "-c"])
+            .arg(r#"mount -t ramfs none "$1" || exit 97; exec "$2" status --l2-adapter "$3""#)
+            .arg("sh")
+            .arg(dir.path())
+            .arg(env!("CARGO_BIN_EXE_kvtier"))
+            .arg(&adapter)
+            .output()
+            .expect("run unshare (util-linux)");
+        let code = out.status.code().unwrap_or(-1);
+        assert_ne!(
+            code,
+            97,
+            "this test mounts a ramfs in a private mount namespace: it needs `unshare --mount \
+             --map-root-user` to work (root, or unprivileged user namespaces): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        (code, String::from_utf8_lossy(&out.stderr).into_owned())
+    };
+    let (code, stderr) = status("");
+    assert_eq!(code, 1, "{stderr}");
+    for part in [
+        "adapter #0 (fs)",
+        CRC_XATTR,
+        "does not support",
+        "checksum = \"off\"",
+    ] {
+        assert!(stderr.contains(part), "{part:?} in {stderr}");
+    }
+    let (code, stderr) = status(r#", "checksum": "off""#);
+    assert_eq!(code, 0, "{stderr}");
 }
 
 // ---------------------------------------------------------------------------------------------
