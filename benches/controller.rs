@@ -29,7 +29,7 @@ fn tier(sys: &actix_rt::SystemRunner, metrics: bool) -> Tier {
         let tier = Tier::start(&config).await.unwrap();
         let ks = keys(BATCH * 4);
         let objs = vec![Bytes::from_static(&[1u8; 64]); ks.len()];
-        tier.store(ks, objs).await.unwrap();
+        assert!(tier.store(ks, objs).await.unwrap().success());
         tier
     })
 }
@@ -64,7 +64,7 @@ fn lookup_unlock(c: &mut Criterion) {
                 })
             },
         );
-        tier.shutdown();
+        sys.block_on(tier.close());
     }
 
     let map: HashMap<ObjectKey, u64> = keys(BATCH * 4).into_iter().map(|k| (k, 64)).collect();

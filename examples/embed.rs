@@ -5,6 +5,7 @@
 //! `cargo run --example embed -- /var/cache/kvtier`.
 
 use bytes::Bytes;
+use kvtier::actors::config::EvictionConfig;
 use kvtier::actors::{Delete, GetUsage, Load, LookupAndLock, Store, Unlock};
 use kvtier::{AdapterConfig, LoadBuf, ObjectKey, Tier, TierConfig};
 
@@ -16,12 +17,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .map(Into::into)
         .unwrap_or_else(|| tmp.path().to_owned());
 
-    // Or: let mut sources = ConfigSources::default(); sources.file = Some("kvtier.toml".into());
-    //     TierConfig::load(&sources)
-    let mut adapter = AdapterConfig::fs(&dir);
-    adapter.common.max_capacity_gb = 1.0;
-    adapter.common.eviction = Some(Default::default()); // LRU, watermark 0.8, ratio 0.2
-    let tier = Tier::start(&TierConfig::with_adapters(vec![adapter])).await?;
+    // Or from a file and the environment: TierConfig::load(&ConfigSources::file("kvtier.toml"))
+    let adapter = AdapterConfig::fs(&dir)
+        .capacity_gb(1.0)
+        .eviction(EvictionConfig::lru()); // watermark 0.8, ratio 0.2 of the keys
+    let tier = Tier::start(&TierConfig::default().adapter(adapter)).await?;
     let controller = tier.controller().clone();
 
     // Keys: model, KV rank, chunk hash, optional cache salt.

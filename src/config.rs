@@ -21,7 +21,8 @@ use kvtier_actors::backends::hfbucket::HfBucketConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
 #[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Config;
-use kvtier_actors::config::{CommonConfig, FieldError};
+use kvtier_actors::config::{CommonConfig, EvictionConfig, FieldError};
+use kvtier_actors::NameFormat;
 use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
 use serde_json::{Map, Value};
@@ -249,6 +250,48 @@ impl AdapterConfig {
         }
     }
 
+    /// An `s3` adapter (see [`S3Config::new`](kvtier_actors::backends::s3::S3Config::new)).
+    #[cfg(feature = "s3")]
+    pub fn s3(config: S3Config) -> Self {
+        Self::new(AdapterSpec::S3(config))
+    }
+
+    /// An `hfbucket` adapter (see
+    /// [`HfBucketConfig::new`](kvtier_actors::backends::hfbucket::HfBucketConfig::new)).
+    #[cfg(feature = "hfbucket")]
+    pub fn hfbucket(config: HfBucketConfig) -> Self {
+        Self::new(AdapterSpec::HfBucket(config))
+    }
+
+    /// Sets `max_capacity_gb`: the capacity usage and eviction count against, in GiB (0: no
+    /// eviction).
+    #[must_use]
+    pub fn capacity_gb(mut self, gib: f64) -> Self {
+        self.common = self.common.capacity_gb(gib);
+        self
+    }
+
+    /// Sets the eviction policy (it acts once the adapter has a capacity).
+    #[must_use]
+    pub fn eviction(mut self, eviction: EvictionConfig) -> Self {
+        self.common = self.common.eviction(eviction);
+        self
+    }
+
+    /// Sets the adapter's `name` (the `name` label of its metrics).
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.common = self.common.name(name);
+        self
+    }
+
+    /// Sets `object_name_format`.
+    #[must_use]
+    pub fn name_format(mut self, format: NameFormat) -> Self {
+        self.common = self.common.name_format(format);
+        self
+    }
+
     /// The resolved adapter as JSON, secrets redacted.
     pub fn to_redacted_json(&self) -> Value {
         let mut v = serde_json::to_value(&self.spec).unwrap_or(Value::Null);
@@ -284,6 +327,29 @@ impl TierConfig {
     }
 }
 
+impl TierConfig {
+    /// Appends an adapter (lookups prefer earlier ones).
+    #[must_use]
+    pub fn adapter(mut self, adapter: AdapterConfig) -> Self {
+        self.adapters.push(adapter);
+        self
+    }
+
+    /// Sets the period of the eviction actor's timer check (default 1 s).
+    #[must_use]
+    pub fn eviction_interval(mut self, interval: std::time::Duration) -> Self {
+        self.eviction_interval_ms = u64::try_from(interval.as_millis()).unwrap_or(u64::MAX);
+        self
+    }
+
+    /// Sets whether the actors record Prometheus metrics (default true).
+    #[must_use]
+    pub fn metrics(mut self, on: bool) -> Self {
+        self.metrics = on;
+        self
+    }
+}
+
 impl Default for TierConfig {
     fn default() -> Self {
         Self {
@@ -310,6 +376,46 @@ pub struct ConfigSources {
     /// `--lmcache-config F`: an LMCache YAML configuration (`remote_url: "s3://…"` and
     /// `extra_config`), read as one `s3` adapter after the file's adapters (see [`lmcache`]).
     pub lmcache_config: Option<PathBuf>,
+}
+
+impl ConfigSources {
+    /// Reads this TOML file (it must exist), then the process environment.
+    pub fn file(path: impl Into<PathBuf>) -> Self {
+        Self {
+            file: Some(path.into()),
+            ..Self::default()
+        }
+    }
+
+    /// Reads `kvtier.toml` from `dir` if it is there (as the CLI does with its working
+    /// directory).
+    #[must_use]
+    pub fn search_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.search_dir = Some(dir.into());
+        self
+    }
+
+    /// Reads these variables instead of the process environment.
+    #[must_use]
+    pub fn env(mut self, vars: HashMap<String, String>) -> Self {
+        self.env = Some(vars);
+        self
+    }
+
+    /// Adds an adapter as an LMCache JSON string (`--l2-adapter`); any given replace the
+    /// adapters of lower layers.
+    #[must_use]
+    pub fn l2_adapter(mut self, json: impl Into<String>) -> Self {
+        self.cli_adapters.push(json.into());
+        self
+    }
+
+    /// Reads an LMCache YAML configuration as one more `s3` adapter (`--lmcache-config`).
+    #[must_use]
+    pub fn lmcache_config(mut self, path: impl Into<PathBuf>) -> Self {
+        self.lmcache_config = Some(path.into());
+        self
+    }
 }
 
 impl TierConfig {

@@ -51,9 +51,15 @@ pub use config::{
     AdapterConfig, AdapterSpec, ConfigError, ConfigSources, FaultInjectSpec, TierConfig,
 };
 pub use kvtier_actors as actors;
+pub use kvtier_actors::backends::fs::FsConfig;
+#[cfg(feature = "hfbucket")]
+pub use kvtier_actors::backends::hfbucket::HfBucketConfig;
+#[cfg(feature = "s3")]
+pub use kvtier_actors::backends::s3::S3Config;
+pub use kvtier_actors::config::{CommonConfig, EvictionConfig, EvictionPolicy, Quotas};
 pub use kvtier_actors::{
     BackendError, Bitmap, Delete, ErrorKind, GetStatus, GetUsage, HostRegion, KeyPage, ListKeys,
-    Load, LoadBuf, LoadReport, LoadTarget, LookupAndLock, NameFormat, ObjectKey, Store,
-    StoreReport, StoreSource, TierEvent, Unlock, UsageEvent,
+    Load, LoadBuf, LoadReport, LoadTarget, LookupAndLock, NameFormat, ObjectKey, Storage, Store,
+    StoreReport, StoreSource, TierEvent, Unlock, UsageEvent, Verify, VerifyReport,
 };
-pub use tier::{StartError, Tier, TierError};
+pub use tier::{StartError, Tier, TierBuilder, TierError};

@@ -26,25 +26,36 @@ use kvtier_actors::backends::memory::MemoryStorage;
 #[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Storage;
 use kvtier_actors::buffer::{lend, lend_sources};
-use kvtier_actors::eviction::{AttachBackend, GetEvictionStats, WhenIdle};
+use kvtier_actors::config::{CommonConfig, FieldError, Quotas};
+use kvtier_actors::eviction::{
+    AttachBackend, GetEvictionStats, GetLruOrder, GetQuotas, QuotaError, SetQuota, WhenIdle,
+};
 use kvtier_actors::metrics::{AdapterMetrics, Metrics};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
-    EvictionActor, EvictionStats, EvictionTarget, LoadBuf, LoadReport, LoadTarget, NameFormat,
-    ObjectKey, Op, OpResult, StatusReport, StopController, Storage, StoreReport, StoreSource,
-    Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent, UsageReport,
+    EvictionActor, EvictionStats, EvictionTarget, KeyPage, ListKeys, LoadBuf, LoadReport,
+    LoadTarget, NameFormat, ObjectKey, Op, OpResult, StatusReport, StopController, Storage,
+    StoreReport, StoreSource, Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent,
+    UsageReport, Verify, VerifyReport,
 };
 use prometheus_client::registry::Registry;
 
 use crate::config::{AdapterSpec, TierConfig};
 
-/// Why a request through the [`Tier`] facade got no answer.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+/// Why a request through the [`Tier`] facade failed as a whole (per-key outcomes are in the
+/// reports: [`StoreReport`], [`LoadReport`], [`DeleteReport`]).
+#[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum TierError {
-    /// The runtime has been shut down (or its controller stopped): nothing will answer.
+    /// The runtime has been closed (or its controller stopped): nothing will answer.
     #[error("the kvtier runtime has stopped")]
     Stopped,
+    /// The adapter refused or failed the request as a whole (listing, verifying).
+    #[error(transparent)]
+    Backend(#[from] BackendError),
+    /// A quota change was refused.
+    #[error(transparent)]
+    Quota(#[from] QuotaError),
 }
 
 impl From<MailboxError> for TierError {
@@ -60,6 +71,16 @@ pub enum StartError {
     /// No adapter was configured.
     #[error("no adapters configured")]
     NoAdapters,
+    /// The common fields of a host-provided storage's adapter are invalid.
+    #[error("adapter #{index} ({kind}): {source}")]
+    Invalid {
+        /// The adapter's position.
+        index: AdapterIndex,
+        /// Its storage's type.
+        kind: &'static str,
+        /// The field and what is wrong with it.
+        source: FieldError,
+    },
     /// An adapter's store could not be opened.
     #[error("adapter #{index} ({kind}): {source}")]
     Adapter {
@@ -72,8 +93,8 @@ pub enum StartError {
     },
 }
 
-/// A running kvtier runtime. Dropping it leaves the actors running; call [`Tier::close`] (or
-/// [`Tier::shutdown`], which does not wait).
+/// A running kvtier runtime. Dropping it leaves the actors running: call [`Tier::close`],
+/// which returns once every thread the tier started has exited.
 pub struct Tier {
     controller: Addr<Controller>,
     evictor: Addr<EvictionActor>,
@@ -86,16 +107,10 @@ impl Tier {
     /// Starts the actors for `config`. Must be called inside a running actix `System`.
     ///
     /// With `config.metrics` (the default) the actors record into a registry of the tier's
-    /// own: read it with [`Tier::metrics_text`] or [`Tier::registry`].
+    /// own: read it with [`Tier::metrics_text`] or [`Tier::registry`]. [`Tier::builder`] also
+    /// takes storages the host brings and the host's own metrics registry.
     pub async fn start(config: &TierConfig) -> Result<Tier, StartError> {
-        if !config.metrics {
-            return Self::start_inner(config, None).await;
-        }
-        let mut registry = Registry::default();
-        let metrics = Metrics::register(&mut registry);
-        let mut tier = Self::start_inner(config, Some(metrics)).await?;
-        tier.registry = Some(Arc::new(registry));
-        Ok(tier)
+        Tier::builder(config.clone()).start().await
     }
 
     /// Starts the actors for `config`, recording metrics into the host's `registry` (under
@@ -104,25 +119,49 @@ impl Tier {
         config: &TierConfig,
         registry: &mut Registry,
     ) -> Result<Tier, StartError> {
-        Self::start_inner(config, Some(Metrics::register(registry))).await
+        Tier::builder(config.clone())
+            .registry(registry)
+            .start()
+            .await
+    }
+
+    /// A builder: the adapters of `config`, then any storage the host adds with
+    /// [`TierBuilder::storage`].
+    pub fn builder(config: TierConfig) -> TierBuilder<'static> {
+        TierBuilder {
+            config,
+            custom: Vec::new(),
+            registry: None,
+        }
     }
 
     async fn start_inner(
         config: &TierConfig,
+        custom: Vec<(CommonConfig, Box<dyn Storage>)>,
         metrics: Option<Metrics>,
     ) -> Result<Tier, StartError> {
-        if config.adapters.is_empty() {
+        // Every adapter: its common fields, and its storage still to open (configured) or
+        // already there (the host's), in index order.
+        let (commons, storages): (Vec<CommonConfig>, Vec<Box<dyn Storage>>) =
+            custom.into_iter().unzip();
+        let mut slots: Vec<(&CommonConfig, Slot<'_>)> = config
+            .adapters
+            .iter()
+            .map(|a| (&a.common, Slot::Spec(&a.spec)))
+            .collect();
+        slots.extend(commons.iter().map(|c| (c, Slot::Ready)));
+        let mut ready = storages.into_iter();
+        if slots.is_empty() {
             return Err(StartError::NoAdapters);
         }
         let mut arbiters = Vec::new();
-        let targets: Vec<EvictionTarget> = config
-            .adapters
+        let targets: Vec<EvictionTarget> = slots
             .iter()
             .enumerate()
-            .filter_map(|(i, a)| {
-                a.common.eviction.clone().map(|e| EvictionTarget {
+            .filter_map(|(i, (common, _))| {
+                common.eviction.clone().map(|e| EvictionTarget {
                     adapter: i,
-                    capacity_bytes: a.common.capacity_bytes(),
+                    capacity_bytes: common.capacity_bytes(),
                     config: e,
                 })
             })
@@ -140,17 +179,24 @@ impl Tier {
         arbiters.push(evict_arbiter);
 
         let mut handles = Vec::new();
-        for (index, adapter) in config.adapters.iter().enumerate() {
-            let capacity = adapter.common.capacity_bytes();
-            let format = adapter.common.object_name_format;
+        for (index, (common, slot)) in slots.iter().enumerate() {
+            let capacity = common.capacity_bytes();
+            let format = common.object_name_format;
             // Only adapters that can evict feed the eviction actor.
             let subscribers = if targets_ids.contains(&index) {
                 vec![evictor.clone().recipient::<UsageEvent>()]
             } else {
                 Vec::new()
             };
-            let kind = adapter.spec.kind();
-            let storage = match open_storage(&adapter.spec, format, capacity).await {
+            let opened = match slot {
+                Slot::Spec(spec) => open_storage(spec, format, capacity).await,
+                Slot::Ready => Ok(ready.next().expect("one storage per Ready slot")),
+            };
+            let kind = match slot {
+                Slot::Spec(spec) => spec.kind(),
+                Slot::Ready => opened.as_ref().map_or("custom", |s| s.kind()),
+            };
+            let storage = match opened {
                 Ok(storage) => storage,
                 Err(source) => {
                     // The adapters opened so far, and the eviction actor, stop with the start.
@@ -163,7 +209,7 @@ impl Tier {
                 }
             };
             let adapter_metrics = metrics.as_ref().map_or_else(AdapterMetrics::off, |m| {
-                m.adapter(index, kind, adapter.common.name.as_deref())
+                m.adapter(index, kind, common.name.as_deref())
             });
             let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
                 .with_name_format(format)
@@ -340,16 +386,8 @@ impl Tier {
         Ok(self.evictor.send(WhenIdle(adapter)).await?)
     }
 
-    /// Stops every actor of this runtime (their arbiters finish their current work and exit),
-    /// without waiting for them: use [`Tier::close`] to know when they are gone.
-    pub fn shutdown(self) {
-        self.controller.do_send(StopController);
-        for a in self.arbiters {
-            a.stop();
-        }
-    }
-
-    /// Stops every actor of this runtime, as [`Tier::shutdown`] does, and returns once the
+    /// Stops every actor of this runtime (their arbiters finish their current work and exit)
+    /// and returns once the
     /// controller has stopped and every arbiter's thread has exited: each backend has been
     /// dropped and its stop hook has run (an `hfbucket` adapter's working directory is gone, no
     /// file of an `fs` adapter is still open). Operations still in flight end without an
@@ -367,6 +405,126 @@ impl Tier {
     /// lock. Fire-and-forget, and ordered before any request sent to this tier after it.
     pub fn touch(&self, keys: Vec<ObjectKey>) {
         self.controller.do_send(kvtier_actors::Touch { keys });
+    }
+
+    /// One page of an adapter's stored keys with their sizes, in object-name order (continue
+    /// with the page's `next` as the request's `cursor`).
+    pub async fn list_keys(&self, request: ListKeys) -> Result<KeyPage, TierError> {
+        Ok(self.controller.send(request).await??)
+    }
+
+    /// Reads objects of one adapter whole and checks each against the checksum stored with it
+    /// (what `kvtier scrub` does); with `delete_corrupt`, removes the corrupt ones as a delete
+    /// would (locked keys are kept).
+    pub async fn verify(&self, request: Verify) -> Result<VerifyReport, TierError> {
+        Ok(self.controller.send(request).await??)
+    }
+
+    /// Sets (`Some`) or removes (`None`) the `IsolatedLRU` byte quota of `cache_salt` on
+    /// `adapter`, at run time; the next eviction round, which this starts, applies it. Returns
+    /// the previous limit.
+    pub async fn set_quota(
+        &self,
+        adapter: AdapterIndex,
+        cache_salt: impl Into<String>,
+        limit_bytes: Option<u64>,
+    ) -> Result<Option<u64>, TierError> {
+        Ok(self
+            .evictor
+            .send(SetQuota {
+                adapter,
+                cache_salt: cache_salt.into(),
+                limit_bytes,
+            })
+            .await??)
+    }
+
+    /// The quotas in force on `adapter` (`None` when it has no eviction).
+    pub async fn quotas(&self, adapter: AdapterIndex) -> Result<Option<Quotas>, TierError> {
+        Ok(self.evictor.send(GetQuotas(adapter)).await?)
+    }
+
+    /// The keys of `adapter` in eviction order, first victim first, whatever the policy (for
+    /// diagnostics and tests).
+    pub async fn eviction_order(&self, adapter: AdapterIndex) -> Result<Vec<ObjectKey>, TierError> {
+        Ok(self.evictor.send(GetLruOrder(adapter)).await?)
+    }
+}
+
+/// Where an adapter's storage comes from.
+enum Slot<'a> {
+    /// Opened from its configuration at start.
+    Spec(&'a AdapterSpec),
+    /// Brought by the host ([`TierBuilder::storage`]).
+    Ready,
+}
+
+/// Builds a [`Tier`] ([`Tier::builder`]): the configured adapters, then storages the host brings
+/// (any [`Storage`] implementation, which gets the same actors, locks, usage accounting and
+/// eviction as a built-in one), and where metrics go.
+///
+/// ```no_run
+/// # async fn example(my_storage: Box<dyn kvtier::actors::Storage>) {
+/// use kvtier::actors::config::{CommonConfig, EvictionConfig};
+/// use kvtier::{AdapterConfig, Tier, TierConfig};
+///
+/// let config = TierConfig::default().adapter(AdapterConfig::memory());
+/// let tier = Tier::builder(config)
+///     .storage(my_storage, CommonConfig::default().capacity_gb(64.0).eviction(EvictionConfig::lru()))
+///     .start()
+///     .await
+///     .unwrap();
+/// tier.close().await;
+/// # }
+/// ```
+#[must_use = "a builder does nothing until `start`"]
+pub struct TierBuilder<'r> {
+    config: TierConfig,
+    custom: Vec<(CommonConfig, Box<dyn Storage>)>,
+    registry: Option<&'r mut Registry>,
+}
+
+impl<'r> TierBuilder<'r> {
+    /// Adds an adapter on a storage the host brings, after the configured ones (its index is
+    /// the number of adapters before it), with `common`'s capacity, eviction and names.
+    pub fn storage(mut self, storage: Box<dyn Storage>, common: CommonConfig) -> Self {
+        self.custom.push((common, storage));
+        self
+    }
+
+    /// Records metrics into the host's `registry` (under `kvtier_`), whatever `metrics` in the
+    /// configuration says.
+    pub fn registry(self, registry: &mut Registry) -> TierBuilder<'_> {
+        TierBuilder {
+            config: self.config,
+            custom: self.custom,
+            registry: Some(registry),
+        }
+    }
+
+    /// Starts the actors. Must be called inside a running actix `System`. On an error,
+    /// everything started so far has stopped.
+    pub async fn start(self) -> Result<Tier, StartError> {
+        let first = self.config.adapters.len();
+        for (i, (common, storage)) in self.custom.iter().enumerate() {
+            common.validate().map_err(|source| StartError::Invalid {
+                index: first + i,
+                kind: storage.kind(),
+                source,
+            })?;
+        }
+        if let Some(registry) = self.registry {
+            let metrics = Metrics::register(registry);
+            return Tier::start_inner(&self.config, self.custom, Some(metrics)).await;
+        }
+        if !self.config.metrics {
+            return Tier::start_inner(&self.config, self.custom, None).await;
+        }
+        let mut registry = Registry::default();
+        let metrics = Metrics::register(&mut registry);
+        let mut tier = Tier::start_inner(&self.config, self.custom, Some(metrics)).await?;
+        tier.registry = Some(Arc::new(registry));
+        Ok(tier)
     }
 }
 

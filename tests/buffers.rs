@@ -166,20 +166,24 @@ async fn several_adapters_give_every_buffer_back_in_order() {
     h1.index = 1;
     let c = Controller::new(vec![h0.clone(), h1.clone()]).start();
     // key(1) only on adapter 1, key(2) on adapter 0, key(3) nowhere.
-    h1.addr
+    let stored = h1
+        .addr
         .send(Store {
             keys: vec![key(1)],
             objects: vec![payload(1, 40)],
         })
         .await
         .unwrap();
-    h0.addr
+    assert!(stored.success());
+    let stored = h0
+        .addr
         .send(Store {
             keys: vec![key(2)],
             objects: vec![payload(2, 24)],
         })
         .await
         .unwrap();
+    assert!(stored.success());
     let rep = c
         .send(Load {
             keys: vec![key(1), key(2), key(3)],
@@ -244,5 +248,5 @@ async fn host_regions_are_loaded_and_stored_in_place() {
     let (hits, bufs) = rep.into_parts::<BytesMut>().unwrap();
     assert!(hits.all());
     assert_eq!(&bufs[0][..], &payload(0, CHUNK)[..]);
-    tier.shutdown();
+    tier.close().await;
 }

@@ -121,7 +121,7 @@ async fn put_errors_are_per_key_and_usage_counts_exactly_the_stored_keys() {
     assert_eq!(d["seed"], 1);
     assert_eq!(d["inner"]["kind"], "memory");
     assert_eq!(d["inner"]["details"]["objects"], stored.len());
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -189,7 +189,7 @@ async fn get_and_remove_errors_are_misses_and_kept_keys() {
     let d = details(&tier).await;
     assert_eq!(d["injected"]["errors"]["get"], misses);
     assert_eq!(d["injected"]["errors"]["remove"], 60 - removed.len());
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -220,7 +220,7 @@ async fn every_nth_item_of_a_batch_fails() {
         details(&tier).await["injected"]["nth_item_failures"]["put"],
         2
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -257,7 +257,7 @@ async fn a_dropped_reply_fails_after_the_timeout_instead_of_hanging() {
     let d = details(&tier).await;
     assert_eq!(d["injected"]["dropped_replies"]["put"], 1);
     assert_eq!(d["injected"]["dropped_replies"]["head"], 1);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -298,7 +298,7 @@ async fn latency_delays_replies_without_blocking_the_actor() {
     );
     assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 10);
     assert_eq!(details(&tier).await["injected"]["delayed"]["put"], 1);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -309,9 +309,11 @@ async fn corrupted_sizes_make_loads_miss() {
         built
     })
     .await;
-    tier.store(vec![key(1)], vec![payload(1, 64)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 64)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let mut b = BytesMut::zeroed(64);
     b.fill(7);
     let loaded = tier.load(vec![key(1)], vec![b]).await;
@@ -323,7 +325,7 @@ async fn corrupted_sizes_make_loads_miss() {
         details(&tier).await["injected"]["corrupted_sizes"]["get"],
         1
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -349,5 +351,5 @@ async fn wraps_fs_and_nests() {
     let d = details(&tier).await;
     assert_eq!(d["inner"]["kind"], "fault_inject");
     assert_eq!(d["inner"]["details"]["inner"]["kind"], "fs");
-    tier.shutdown();
+    tier.close().await;
 }

@@ -41,14 +41,16 @@ async fn restart_recovers_usage_and_objects() {
     a.common.max_capacity_gb = 1.0;
     a.common.eviction = Some(Default::default());
     let tier = Tier::start(&config(a.clone())).await.unwrap();
-    tier.store(
-        vec![key(1), key(2), support::salted(3, "s")],
-        vec![payload(1, 100), payload(2, 200), payload(3, 300)],
-    )
-    .await
-    .unwrap();
+    assert!(tier
+        .store(
+            vec![key(1), key(2), support::salted(3, "s")],
+            vec![payload(1, 100), payload(2, 200), payload(3, 300)],
+        )
+        .await
+        .unwrap()
+        .success());
     let before = tier.usage().await.unwrap();
-    tier.shutdown();
+    tier.close().await;
 
     let tier = Tier::start(&config(a)).await.unwrap();
     let after = tier.usage().await.unwrap();
@@ -71,7 +73,7 @@ async fn restart_recovers_usage_and_objects() {
     assert_eq!(rep.adapters[0].1.new_bytes, 0);
     let loaded = tier.load(vec![key(2)], vec![BytesMut::zeroed(200)]).await;
     assert!(loaded.hits.all());
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -80,10 +82,12 @@ async fn recovery_off_starts_empty_and_leftover_temp_files_are_ignored() {
     let a = fx.adapter(0);
     let dir = fx.0.path().join("slot0");
     let tier = Tier::start(&config(a.clone())).await.unwrap();
-    tier.store(vec![key(1)], vec![payload(1, 100)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 100)])
         .await
-        .unwrap();
-    tier.shutdown();
+        .unwrap()
+        .success());
+    tier.close().await;
     // A torn write from a crash: never visible as an object.
     std::fs::write(
         dir.join("test-model@0x00000000@00000002.data.1-0.tmp"),
@@ -102,7 +106,7 @@ async fn recovery_off_starts_empty_and_leftover_temp_files_are_ignored() {
         "10"
     );
     tier.unlock(vec![key(1)]);
-    tier.shutdown();
+    tier.close().await;
 
     let mut off = a;
     if let kvtier::AdapterSpec::Fs(c) = &mut off.spec {
@@ -113,7 +117,7 @@ async fn recovery_off_starts_empty_and_leftover_temp_files_are_ignored() {
     // Still found by a lookup (a probe), which then accounts for it.
     assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 100);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -124,8 +128,12 @@ async fn files_use_lmcache_names_and_raw_bytes() {
         .unwrap()
         .with_salt("user-42")
         .unwrap();
-    tier.store(vec![k], vec![payload(5, 64)]).await.unwrap();
-    tier.shutdown();
+    assert!(tier
+        .store(vec![k], vec![payload(5, 64)])
+        .await
+        .unwrap()
+        .success());
+    tier.close().await;
     let path =
         fx.0.path()
             .join("slot0/meta-llama-SEP-Llama-3@0x000000ff@00010203@user-42.data");

@@ -43,9 +43,11 @@ fn isolated(quotas: &[(&str, u64)]) -> EvictionConfig {
 
 async fn store_salt(tier: &Tier, salt: &str, n: u32, size: usize) {
     for i in 0..n {
-        tier.store(vec![skey(salt, i)], vec![payload(i, size)])
+        assert!(tier
+            .store(vec![skey(salt, i)], vec![payload(i, size)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
     }
 }
 
@@ -108,9 +110,11 @@ async fn isolated_lru_quotas() {
     );
     tier.unlock(vec![skey("a", 9)]);
     // Unsalted keys have no quota: allowlist rule, wiped at the next cycle.
-    tier.store(vec![skey("", 1)], vec![payload(1, 50)])
+    assert!(tier
+        .store(vec![skey("", 1)], vec![payload(1, 50)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     assert_eq!(salt_bytes(&tier, "").await, 0, "no quota: wiped");
     assert_eq!(salt_bytes(&tier, "a").await, 0, "the unlocked key goes too");
     // Removing b's quota puts it under the allowlist rule.
@@ -126,7 +130,7 @@ async fn isolated_lru_quotas() {
     assert_eq!(salt_bytes(&tier, "b").await, 0);
     let q = tier.evictor().send(GetQuotas(0)).await.unwrap().unwrap();
     assert_eq!(q.0.into_iter().collect::<Vec<_>>(), vec![("a".into(), 0)]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -152,7 +156,7 @@ async fn quotas_need_isolated_lru() {
         .await
         .unwrap();
     assert_eq!(r, Err(QuotaError::NoEviction(3)));
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// One 600-byte key (the oldest) and four of 100 bytes in a 1000-byte tier, watermark 1.0 and
@@ -163,17 +167,21 @@ async fn mixed_sizes(unit: EvictionUnit) -> (u64, usize) {
     e.eviction_ratio = 0.5;
     e.eviction_unit = unit;
     let tier = start(1000, e).await;
-    tier.store(vec![skey("", 100)], vec![payload(100, 600)])
+    assert!(tier
+        .store(vec![skey("", 100)], vec![payload(100, 600)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     for i in 0..4 {
-        tier.store(vec![skey("", i)], vec![payload(i, 100)])
+        assert!(tier
+            .store(vec![skey("", i)], vec![payload(i, 100)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
     }
     tier.evictor().send(WhenIdle(0)).await.unwrap();
     let u = tier.usage().await.unwrap().adapters[0].clone();
-    tier.shutdown();
+    tier.close().await;
     (u.used_bytes, u.keys)
 }
 
@@ -195,15 +203,17 @@ async fn every_policy_evicts_under_the_watermark() {
     ] {
         let tier = start(1000, EvictionConfig::with_policy(p)).await;
         for i in 0..30 {
-            tier.store(vec![skey("", i)], vec![payload(i, 100)])
+            assert!(tier
+                .store(vec![skey("", i)], vec![payload(i, 100)])
                 .await
-                .unwrap();
+                .unwrap()
+                .success());
         }
         tier.evictor().send(WhenIdle(0)).await.unwrap();
         let u = tier.usage().await.unwrap().adapters[0].clone();
         let w = EvictionConfig::with_policy(p).trigger_watermark;
         assert!((u.used_bytes as f64) < w * 1000.0, "{p:?}: {u:?}");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -217,7 +227,7 @@ async fn a_byte_round_catches_up_with_a_burst() {
         let tier = start(1000, EvictionConfig::with_policy(p)).await;
         let keys: Vec<ObjectKey> = (0..30).map(|i| skey("", i)).collect();
         let data = (0..30).map(|i| payload(i, 100)).collect();
-        tier.store(keys, data).await.unwrap();
+        assert!(tier.store(keys, data).await.unwrap().success());
         tier.evictor().send(WhenIdle(0)).await.unwrap();
         let u = tier.usage().await.unwrap().adapters[0].clone();
         // Down to at most 0.98 × 1000 × (1 − 0.02) = 960.4 bytes (SLRU) or
@@ -225,7 +235,7 @@ async fn a_byte_round_catches_up_with_a_burst() {
         assert_eq!(u.used_bytes, 900, "{p:?}");
         let stats = tier.evictor().send(GetEvictionStats).await.unwrap();
         assert_eq!(stats[0].1.rounds, 1, "{p:?}: {stats:?}");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -239,21 +249,25 @@ async fn the_flru_bonus_is_the_configured_one() {
         e.flru_bonus_per_use = bonus;
         let tier = start(1000, e).await;
         for i in 0..8 {
-            tier.store(vec![skey("", i)], vec![payload(i, 100)])
+            assert!(tier
+                .store(vec![skey("", i)], vec![payload(i, 100)])
                 .await
-                .unwrap();
+                .unwrap()
+                .success());
         }
         let hit = tier.lookup_and_lock(vec![skey("", 0)]).await.unwrap();
         assert!(hit.get(0), "{bonus:?}");
         tier.unlock(vec![skey("", 0)]);
-        tier.store(vec![skey("", 8)], vec![payload(8, 100)])
+        assert!(tier
+            .store(vec![skey("", 8)], vec![payload(8, 100)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
         tier.evictor().send(WhenIdle(0)).await.unwrap();
         let order = tier.evictor().send(GetLruOrder(0)).await.unwrap();
         let want: Vec<ObjectKey> = last_two.iter().map(|&i| skey("", i)).collect();
         assert_eq!(order[order.len() - 2..], want[..], "{bonus:?}");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -288,14 +302,14 @@ async fn flru_admission_keeps_a_hot_set_through_a_scan() {
                     keys.insert(0, hot.clone());
                 }
                 let data = (0..keys.len() as u32).map(|i| payload(i, 100)).collect();
-                tier.store(keys, data).await.unwrap();
+                assert!(tier.store(keys, data).await.unwrap().success());
                 if found.get(0) {
                     tier.unlock(vec![hot]);
                 }
                 tier.evictor().send(WhenIdle(0)).await.unwrap();
             }
         }
-        tier.shutdown();
+        tier.close().await;
         hits.push(n);
     }
     let (adaptive, lru, rates) = (hits[0], hits[1], hits[2]);
@@ -342,10 +356,10 @@ async fn flru_rates_keep_chunks_that_wait_for_their_second_use() {
             let data = (0..keys.len() as u32)
                 .map(|j| payload(i + j, 100))
                 .collect();
-            tier.store(keys, data).await.unwrap();
+            assert!(tier.store(keys, data).await.unwrap().success());
             tier.evictor().send(WhenIdle(0)).await.unwrap();
         }
-        tier.shutdown();
+        tier.close().await;
         hits.push(n);
     }
     let (adaptive, placements, rates) = (hits[0], hits[1], hits[2]);
@@ -368,17 +382,21 @@ async fn five_keys_with_touch(touch: bool) -> Vec<bool> {
     e.eviction_ratio = 0.2;
     let tier = start(500, e).await;
     for i in 0..4 {
-        tier.store(vec![skey("", i)], vec![payload(i, 100)])
+        assert!(tier
+            .store(vec![skey("", i)], vec![payload(i, 100)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
     }
     if touch {
         // Fire-and-forget, and still ordered: the controller forwards it before the store below.
         tier.touch(vec![skey("", 0), skey("", 99)]);
     }
-    tier.store(vec![skey("", 4)], vec![payload(4, 100)])
+    assert!(tier
+        .store(vec![skey("", 4)], vec![payload(4, 100)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     tier.evictor().send(WhenIdle(0)).await.unwrap();
     let usage = tier.usage().await.unwrap().adapters[0].clone();
     assert_eq!((usage.used_bytes, usage.keys), (400, 4), "one key evicted");
@@ -386,7 +404,7 @@ async fn five_keys_with_touch(touch: bool) -> Vec<bool> {
         .lookup_and_lock((0..5).map(|i| skey("", i)).collect())
         .await
         .unwrap();
-    tier.shutdown();
+    tier.close().await;
     held.iter().collect()
 }
 

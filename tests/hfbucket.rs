@@ -92,7 +92,7 @@ async fn objects_land_under_prefix_and_encoded_names() {
         fx.hub.paths(BUCKET),
         vec!["prod/llama%40000000ff%4000010203%40user-42".to_owned()]
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -103,9 +103,11 @@ async fn metadata_cache_serves_lookups_without_requests() {
     let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
         .await
         .unwrap();
-    tier.store(vec![key(1)], vec![payload(1, 10)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 10)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     fx.hub.reset_requests();
     // Stored and never-seen keys: the stored one is cached by the store; the other is asked once.
     assert_eq!(
@@ -171,7 +173,7 @@ async fn metadata_cache_serves_lookups_without_requests() {
         "refetched after the TTL"
     );
     tier.unlock(vec![key(1), key(1), key(1)]);
-    tier.shutdown();
+    tier.close().await;
 
     let mut c = fx.config(&fx.run);
     c.metadata_cache_ttl_secs = 0.0;
@@ -186,7 +188,7 @@ async fn metadata_cache_serves_lookups_without_requests() {
         2,
         "TTL 0 disables the cache"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -212,7 +214,7 @@ async fn partial_batch_failure_counts_exactly_the_landed_objects() {
         fx.hub.total_size(BUCKET),
         "usage equals the bucket listing"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -231,7 +233,7 @@ async fn create_bucket_if_missing_and_retry_after_failure() {
         .await
         .unwrap()
         .success());
-    tier.shutdown();
+    tier.close().await;
     c.create_bucket_if_missing = true;
     let tier = Tier::start(&tier_config(vec![fx.adapter_with(c)]))
         .await
@@ -250,7 +252,7 @@ async fn create_bucket_if_missing_and_retry_after_failure() {
         .unwrap()
         .success());
     assert!(fx.hub.bucket_exists("new-org/fresh"));
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -269,7 +271,7 @@ async fn survives_a_429_storm() {
     let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
     assert!(loaded.hits.all());
     assert_eq!(&loaded.buffers[0][..], &payload(1, 64)[..]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -328,7 +330,7 @@ async fn a_slow_hub_does_not_delay_other_backends() {
     assert!(rep.success(), "{rep:?}");
     assert!(started.elapsed() >= Duration::from_millis(1500));
     fx.hub.set_latency(Duration::ZERO);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -340,12 +342,14 @@ async fn restart_recovers_usage_and_close_removes_temp_files() {
     let mut a = fx.adapter_with(c);
     a.common.max_capacity_gb = 1.0;
     let tier = Tier::start(&tier_config(vec![a.clone()])).await.unwrap();
-    tier.store(
-        (0..3).map(key).collect(),
-        (0..3).map(|i| payload(i, 50 + i as usize)).collect(),
-    )
-    .await
-    .unwrap();
+    assert!(tier
+        .store(
+            (0..3).map(key).collect(),
+            (0..3).map(|i| payload(i, 50 + i as usize)).collect(),
+        )
+        .await
+        .unwrap()
+        .success());
     let before = tier.usage().await.unwrap();
     assert!(
         std::fs::read_dir(tmp.path()).unwrap().count() > 0,
@@ -359,7 +363,7 @@ async fn restart_recovers_usage_and_close_removes_temp_files() {
     );
     let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
     assert_eq!(tier.usage().await.unwrap(), before);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A start that fails at its second adapter stops the first before it returns: the `hfbucket`
@@ -448,7 +452,7 @@ async fn loads_read_through_xet(path: &str) {
     assert!(!loaded.hits.get(0));
     assert!(loaded.buffers[0].iter().all(|&b| b == 7));
     assert_eq!(load_counters(&tier).await, (13, 0, 0));
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -460,9 +464,11 @@ async fn loads_of_uncached_keys_ask_paths_info_once_then_use_xet() {
         .await
         .unwrap();
     let keys: Vec<_> = (0..4).map(key).collect();
-    tier.store(keys.clone(), (0..4).map(|i| payload(i, 500)).collect())
+    assert!(tier
+        .store(keys.clone(), (0..4).map(|i| payload(i, 500)).collect())
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     fx.hub.reset_requests();
     let mut bufs: Vec<_> = (0..4).map(|_| BytesMut::zeroed(500)).collect();
     bufs.push(BytesMut::zeroed(500));
@@ -474,7 +480,7 @@ async fn loads_of_uncached_keys_ask_paths_info_once_then_use_xet() {
     assert_eq!(fx.hub.requests(Route::PathsInfo), 1, "one per batch");
     assert_eq!(fx.hub.requests(Route::Resolve), 0);
     assert_eq!(load_counters(&tier).await, (4, 0, 0));
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -484,9 +490,11 @@ async fn loads_fall_back_to_resolve_when_xet_is_unavailable() {
         .await
         .unwrap();
     let keys: Vec<_> = (0..3).map(key).collect();
-    tier.store(keys.clone(), (0..3).map(|i| payload(i, 700)).collect())
+    assert!(tier
+        .store(keys.clone(), (0..3).map(|i| payload(i, 700)).collect())
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     fx.hub.reset_requests();
     // The read-token route refuses: no reader, every load follows resolve.
     fx.hub.fail_next(1, 403, Some(Route::XetReadToken));
@@ -501,7 +509,7 @@ async fn loads_fall_back_to_resolve_when_xet_is_unavailable() {
     assert_eq!(fx.hub.requests(Route::XetReadToken), 1);
     assert_eq!(fx.hub.requests(Route::Resolve), 3);
     assert_eq!(load_counters(&tier).await, (0, 3, 0));
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A tier on the run's prefix holding `key(1)`, 64 bytes.
@@ -541,7 +549,7 @@ async fn a_failed_xet_load_falls_back_to_resolve() {
     assert!(loaded.hits.all());
     assert_eq!(fx.hub.requests(Route::XetReadToken), tokens + 1);
     assert_eq!(load_counters(&tier).await, (2, 1, 1));
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A path whose Xet file is not the size the Hub lists (here: the Hub says 100 bytes, the
@@ -568,7 +576,7 @@ async fn a_xet_file_of_another_size_is_a_miss_without_a_partial_copy() {
     assert!(loaded.buffers[0].iter().all(|&b| b == 7), "no partial copy");
     // The Xet read failed (and fell back); `resolve` found 64 bytes.
     assert_eq!(load_counters(&tier).await, (0, 1, 1));
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A direct reader serves loads while its read token has more than a minute left; a load
@@ -606,7 +614,7 @@ async fn direct_loads_renew_their_read_token_before_it_expires() {
             "{lifetime} s tokens"
         );
         assert_eq!(load_counters(&tier).await, (6, 0, 0), "{lifetime} s tokens");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -631,7 +639,7 @@ async fn a_cache_of_1024_entries_is_not_swept_on_every_refresh() {
     assert_eq!(cache["hits"].as_u64(), Some(3 * 1024));
     // One sweep when the cache first reached 1024 entries; refreshing them sweeps no more.
     assert!(cache["sweeps"].as_u64().unwrap() <= 1, "{cache}");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Issue #6's Hub faults one after the other (a 429 storm with `Retry-After`, a 5xx burst the
@@ -697,7 +705,7 @@ async fn hub_faults_leave_exact_accounting() {
         assert_eq!(&buf[..], &payload(i, 333)[..]);
     }
     tier.unlock(stored);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// The Hub goes down (every request answered 503, past the retries): the half-open breaker
@@ -772,7 +780,7 @@ async fn a_hub_outage_opens_the_breaker_and_recovery_closes_it() {
     );
     let loaded = tier.load(vec![key(1)], vec![BytesMut::zeroed(64)]).await;
     assert!(loaded.hits.all());
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// The adapter's store counters from `status` (`details.stores`).
@@ -861,7 +869,7 @@ async fn stores_share_one_xet_session_and_write_token_and_read_host_memory_in_pl
     for (i, b) in loaded.buffers.iter().enumerate() {
         assert_eq!(&b[..], &expected[i * CHUNK..(i + 1) * CHUNK], "object {i}");
     }
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Stores three batches and loads them back; returns the write tokens fetched meanwhile.
@@ -905,7 +913,7 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
         .unwrap();
     assert_eq!(three_batches_round_trip(&fx, &tier, 0).await, 1);
     assert_eq!(store_details(&tier).await["xet_token_reserve_secs"], 600);
-    tier.shutdown();
+    tier.close().await;
 
     // 20-second tokens: each batch fetches one (it has less than the 60-second margin left);
     // kvtier's own writer (the default) replaces a token only when it has less than half its
@@ -915,7 +923,7 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
         .await
         .unwrap();
     assert_eq!(three_batches_round_trip(&fx, &tier, 100).await, 3);
-    tier.shutdown();
+    tier.close().await;
 
     // Tokens that have run out when they arrive: the writer replaces one before each of its
     // CAS requests (grant, commit, shard), so a commit never sends a token it knows is dead.
@@ -928,7 +936,7 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
         fetched >= 3 * 4,
         "the writer replaced tokens: {fetched} tokens"
     );
-    tier.shutdown();
+    tier.close().await;
 
     // 20-second tokens on hf-xet's store path, whose commits then carry Xet's refresher: it
     // refreshes 30 s ahead, so it fetches more during each commit.
@@ -940,7 +948,7 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
         .unwrap();
     let fetched = three_batches_round_trip(&fx, &tier, 300).await;
     assert!(fetched > 3, "hf-xet's refresher ran: {fetched} tokens");
-    tier.shutdown();
+    tier.close().await;
 
     // Reserve 0 (hf_xet's behaviour) with hour-long tokens: still one token.
     fx.hub.set_xet_token_lifetime(Duration::from_secs(3600));
@@ -950,7 +958,7 @@ async fn commits_carry_the_token_refresher_only_when_the_token_is_short_lived() 
         .await
         .unwrap();
     assert_eq!(three_batches_round_trip(&fx, &tier, 200).await, 1);
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -982,7 +990,7 @@ async fn xet_compression_none_stores_chunks_raw_and_lz4_shrinks_them() {
         }
         // Through the direct reader, which decoded every scheme (no fallback to resolve).
         assert_eq!(load_counters(&tier).await, (4, 0, 0), "{scheme}");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -1053,7 +1061,7 @@ async fn every_store_path_writes_what_every_load_path_reads() {
         assert_eq!(st["xet_store_path"], store, "{st}");
         assert_eq!(st["xet_chunking"], chunking, "{st}");
         assert_eq!(st["xet_commits"], 1, "{st}");
-        tier.shutdown();
+        tier.close().await;
         for load in ["direct", "hf-xet", "verify"] {
             let tier = Tier::start(&tier_config(vec![config(load)])).await.unwrap();
             let bufs = sizes.iter().map(|&n| BytesMut::zeroed(n)).collect();
@@ -1072,7 +1080,7 @@ async fn every_store_path_writes_what_every_load_path_reads() {
                 (0, 0),
                 "{store}/{chunking} read by {load}: no resolve fallback"
             );
-            tier.shutdown();
+            tier.close().await;
         }
         let mine: Vec<(u64, String)> = fx
             .hub
@@ -1140,7 +1148,7 @@ async fn direct_stores_use_upload_grants_or_post_xorbs_when_the_cas_has_none() {
     for (b, d) in loaded.buffers.iter().zip(&data) {
         assert!(b[..] == d[..]);
     }
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Status asks the Hub whether it can serve (the bucket's info route, before any data
@@ -1170,7 +1178,7 @@ async fn status_is_unhealthy_when_the_hub_cannot_serve() {
         why.contains(&format!("bucket \"{BUCKET}\" does not exist")),
         "{why}"
     );
-    tier.shutdown();
+    tier.close().await;
 
     // A missing bucket that the first store will create is not a fault.
     let mut c = fx.config(&fx.run);
@@ -1180,7 +1188,7 @@ async fn status_is_unhealthy_when_the_hub_cannot_serve() {
         .unwrap();
     let status = tier.status().await.unwrap();
     assert!(status.adapters[0].is_healthy, "{status:?}");
-    tier.shutdown();
+    tier.close().await;
     fx.hub.create_bucket(BUCKET);
 
     // A token the Hub refuses.
@@ -1197,7 +1205,7 @@ async fn status_is_unhealthy_when_the_hub_cannot_serve() {
         "{why}"
     );
     assert!(!why.contains("hf_refused_token_value"), "no secret: {why}");
-    tier.shutdown();
+    tier.close().await;
 
     // Nothing listens at the endpoint.
     let port = {
@@ -1213,7 +1221,7 @@ async fn status_is_unhealthy_when_the_hub_cannot_serve() {
     assert!(!status.adapters[0].is_healthy, "{status:?}");
     let why = status.adapters[0].reason.clone().unwrap_or_default();
     assert!(why.contains("health check failed"), "{why}");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// One deadline per request across its retries (`retry_timeout_secs`): a Hub that answers the
@@ -1250,5 +1258,5 @@ async fn a_hub_request_ends_by_its_deadline_whatever_the_retries_say() {
         1,
         "no retry past the deadline"
     );
-    tier.shutdown();
+    tier.close().await;
 }

@@ -855,7 +855,7 @@ async fn fs_keys_cannot_escape_the_base_directory() {
         ]
     );
     assert_eq!(o.stored, models.len() - 2);
-    tier.shutdown();
+    tier.close().await;
 
     let all = files_under(root.path());
     assert_eq!(all.len(), models.len() - 2, "{all:?}");
@@ -878,7 +878,7 @@ async fn fs_keys_cannot_escape_the_base_directory() {
     let bufs = ok.iter().map(|_| BytesMut::zeroed(32)).collect();
     let loaded = tier.load(ok.clone(), bufs).await;
     assert!(loaded.hits.all(), "{}", loaded.hits);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Model names built from the pieces that matter to `fs` file names: LMCache's `-SEP-` (how it

@@ -212,13 +212,10 @@ impl Remote {
             Remote::Local => return None,
             #[cfg(feature = "s3")]
             Remote::Garage(g) => {
-                let mut c = kvtier::actors::backends::s3::S3Config::for_endpoint(
-                    &g.s3_endpoint,
-                    S3_BUCKET,
-                    &g.region,
-                    &g.access_key_id,
-                    &g.secret_access_key,
-                );
+                let mut c = kvtier::actors::backends::s3::S3Config::new(&g.s3_endpoint, &g.region)
+                    .bucket(S3_BUCKET)
+                    .access_key_id(&g.access_key_id)
+                    .secret_access_key(&g.secret_access_key);
                 c.s3_key_prefix = Some(prefix);
                 AdapterSpec::S3(c)
             }
@@ -836,7 +833,7 @@ async fn race_case(rounds: Vec<Vec<Req>>) -> Result<(), TestCaseError> {
         Ok(())
     }
     .await;
-    tier.shutdown();
+    tier.close().await;
     result
 }
 

@@ -54,12 +54,14 @@ fn close_and_a_failed_start_leave_no_thread_behind() {
         assert_eq!(before, 0, "no tier has run yet");
         for round in 0..5 {
             let tier = Tier::start(&good()).await.unwrap();
-            tier.store(
-                vec![kvtier::ObjectKey::new("m", 0, vec![round]).unwrap()],
-                vec![bytes::Bytes::from(vec![round; 64])],
-            )
-            .await
-            .unwrap();
+            assert!(tier
+                .store(
+                    vec![kvtier::ObjectKey::new("m", 0, vec![round]).unwrap()],
+                    vec![bytes::Bytes::from(vec![round; 64])],
+                )
+                .await
+                .unwrap()
+                .success());
             assert!(
                 threads() > before,
                 "the tier runs its arbiters on threads of its own"

@@ -89,7 +89,7 @@ async fn submitted_operations_are_announced_and_taken_by_id() {
     }
     assert!(tier.take_result(t2).await.unwrap().is_none());
     assert!(tier.take_result(999).await.unwrap().is_none(), "unknown id");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A monitoring channel registered before the host's, or after it, or one that went away,
@@ -121,7 +121,7 @@ async fn listeners_never_steal_submit_results() {
             OpResult::Store(r) => assert!(r.success(), "{r:?}"),
             other => panic!("{other:?}"),
         }
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -147,7 +147,7 @@ async fn results_wait_without_listeners() {
         other => panic!("{other:?}"),
     }
     assert!(tier.take_result(task).await.unwrap().is_none());
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// `close` returns once the runtime has stopped: the controller no longer takes messages, and
@@ -155,7 +155,11 @@ async fn results_wait_without_listeners() {
 #[actix_rt::test]
 async fn close_returns_after_the_runtime_stopped() {
     let tier = memory_tier().await;
-    tier.store(vec![key(1)], vec![payload(1, 8)]).await.unwrap();
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 8)])
+        .await
+        .unwrap()
+        .success());
     let controller = tier.controller().clone();
     tier.close().await;
     assert!(

@@ -46,13 +46,10 @@ impl S3 {
     }
 
     fn config(&self) -> S3Config {
-        let mut c = S3Config::for_endpoint(
-            &self.garage.s3_endpoint,
-            BUCKET,
-            &self.garage.region,
-            &self.garage.access_key_id,
-            &self.garage.secret_access_key,
-        );
+        let mut c = S3Config::new(&self.garage.s3_endpoint, &self.garage.region)
+            .bucket(BUCKET)
+            .access_key_id(&self.garage.access_key_id)
+            .secret_access_key(&self.garage.secret_access_key);
         c.s3_data_path = self.data_path;
         c
     }
@@ -176,7 +173,11 @@ async fn interop_with_a_plain_s3_client() {
 
     // Ours, as a plain client lists them: raw bytes under the exact names.
     let ours = ObjectKey::new("mistral", 1, vec![0xab, 0xcd]).unwrap();
-    tier.store(vec![ours], vec![payload(8, 100)]).await.unwrap();
+    assert!(tier
+        .store(vec![ours], vec![payload(8, 100)])
+        .await
+        .unwrap()
+        .success());
     let names = list_names(&client, "mistral@").await;
     assert_eq!(names, vec![("mistral@00000001@abcd".to_owned(), 100)]);
     let body = client
@@ -190,7 +191,7 @@ async fn interop_with_a_plain_s3_client() {
         body.body.collect().await.unwrap().into_bytes(),
         payload(8, 100)
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -209,15 +210,17 @@ async fn grouped_names_and_key_prefix() {
     let k = ObjectKey::new("llama", 255, vec![0u8, 1, 2, 3])
         .unwrap()
         .with_group(2);
-    tier.store(vec![k.clone()], vec![payload(1, 10)])
+    assert!(tier
+        .store(vec![k.clone()], vec![payload(1, 10)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let client = fx.plain_client().await;
     assert_eq!(
         list_names(&client, "").await,
         vec![("kv/prod/llama@000000ff@2@00010203".to_owned(), 10)]
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// `s3_payload_signing` and `s3_checksum`: every combination stores and loads the exact bytes,
@@ -283,7 +286,7 @@ async fn payload_signing_and_crc32c_round_trip() {
             checksum == ChecksumMode::Crc32c || signing == PayloadSigning::Auto,
             "{signing:?}/{checksum:?}: the stored object's CRC32C (auto sends one over plain http)"
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -296,7 +299,11 @@ async fn key_prefixes_isolate_adapters() {
     let b = Tier::start(&tier_config(vec![fx.adapter(1)]))
         .await
         .unwrap();
-    a.store(vec![key(1)], vec![payload(1, 64)]).await.unwrap();
+    assert!(a
+        .store(vec![key(1)], vec![payload(1, 64)])
+        .await
+        .unwrap()
+        .success());
     assert!(a.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert!(!b.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     let page = b
@@ -312,8 +319,8 @@ async fn key_prefixes_isolate_adapters() {
         .unwrap();
     assert!(page.entries.is_empty());
     a.unlock(vec![key(1)]);
-    a.shutdown();
-    b.shutdown();
+    a.close().await;
+    b.close().await;
 }
 
 #[actix_rt::test]
@@ -324,14 +331,16 @@ async fn restart_recovers_usage_from_the_bucket() {
     a.common.eviction = Some(Default::default());
     let tier = Tier::start(&tier_config(vec![a.clone()])).await.unwrap();
     let keys: Vec<_> = (0..5).map(key).collect();
-    tier.store(
-        keys.clone(),
-        (0..5).map(|i| payload(i, 100 + i as usize)).collect(),
-    )
-    .await
-    .unwrap();
+    assert!(tier
+        .store(
+            keys.clone(),
+            (0..5).map(|i| payload(i, 100 + i as usize)).collect(),
+        )
+        .await
+        .unwrap()
+        .success());
     let before = tier.usage().await.unwrap();
-    tier.shutdown();
+    tier.close().await;
 
     let tier = Tier::start(&tier_config(vec![a])).await.unwrap();
     let after = tier.usage().await.unwrap();
@@ -342,7 +351,7 @@ async fn restart_recovers_usage_from_the_bucket() {
         .await
         .unwrap();
     assert_eq!(rep.adapters[0].1.new_bytes, 0, "a recovered key is not new");
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[actix_rt::test]
@@ -359,9 +368,11 @@ async fn breaker_opens_when_the_store_dies_and_closes_when_it_returns() {
     }]))
     .await
     .unwrap();
-    tier.store(vec![key(1), key(2)], vec![payload(1, 50), payload(2, 60)])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![payload(1, 50), payload(2, 60)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     assert!(tier.status().await.unwrap().is_healthy());
 
     fx.garage.stop();
@@ -424,7 +435,7 @@ async fn breaker_opens_when_the_store_dies_and_closes_when_it_returns() {
         tier.usage().await.unwrap().adapters[0].used_bytes as i64,
         listed
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A store that accepts connections and never answers (frozen, not dead): with a short
@@ -444,13 +455,10 @@ async fn a_frozen_endpoint_times_out_and_opens_the_breaker() {
             }
         }
     });
-    let mut c = S3Config::for_endpoint(
-        &format!("http://127.0.0.1:{port}"),
-        BUCKET,
-        "garage",
-        "GKfrozen",
-        "frozen-secret",
-    );
+    let mut c = S3Config::new(format!("http://127.0.0.1:{port}"), "garage")
+        .bucket(BUCKET)
+        .access_key_id("GKfrozen")
+        .secret_access_key("frozen-secret");
     c.s3_attempt_timeout_secs = Some(0.3);
     c.circuit_breaker_cooldown_secs = 60.0;
     let tier = Tier::start(&tier_config(vec![{
@@ -491,7 +499,7 @@ async fn a_frozen_endpoint_times_out_and_opens_the_breaker() {
         fast + 1,
         "{status:?}"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 #[test]
@@ -604,7 +612,7 @@ async fn virtual_host_and_path_style_addressing() {
         .await
         .unwrap()
         .all());
-    path_style.shutdown();
+    path_style.close().await;
     arbiter.stop();
 }
 
@@ -628,13 +636,10 @@ async fn truncated_bodies_and_wrong_sizes_are_misses() {
             let _ = c.write_all(reply);
         }
     });
-    let c = S3Config::for_endpoint(
-        &format!("http://127.0.0.1:{port}"),
-        BUCKET,
-        "garage",
-        "GKliar",
-        "liar-secret",
-    );
+    let c = S3Config::new(format!("http://127.0.0.1:{port}"), "garage")
+        .bucket(BUCKET)
+        .access_key_id("GKliar")
+        .secret_access_key("liar-secret");
     let tier = Tier::start(&tier_config(vec![{
         let mut built = AdapterConfig::default();
         built.common = Default::default();
@@ -656,7 +661,7 @@ async fn truncated_bodies_and_wrong_sizes_are_misses() {
         "a size mismatch leaves the buffer unwritten"
     );
     tier.unlock(vec![key(1)]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// The direct data path and the SDK read each other's objects (same names, same bytes, with
@@ -706,8 +711,8 @@ async fn both_data_paths_read_each_others_objects() {
             assert_eq!(&got.buffers[0][..], &data[..]);
             reader.unlock(vec![k]);
         }
-        direct.shutdown();
-        sdk.shutdown();
+        direct.close().await;
+        sdk.close().await;
     }
 }
 
@@ -760,7 +765,7 @@ async fn a_missing_bucket_is_an_error_not_a_miss() {
             why.contains("bucket \\\"kvtier-gone\\\" does not exist"),
             "{why}"
         );
-        tier.shutdown();
+        tier.close().await;
 
         // A bucket that never existed is unhealthy in status before any data request (the
         // issue: it said healthy), with the bucket named; and on Garage, the status check
@@ -777,7 +782,7 @@ async fn a_missing_bucket_is_an_error_not_a_miss() {
             "{:?}: {why}",
             fx.data_path
         );
-        tier.shutdown();
+        tier.close().await;
 
         // A load from a bucket that never existed.
         let tier = Tier::start(&tier_config(vec![adapter(c)])).await.unwrap();
@@ -791,6 +796,6 @@ async fn a_missing_bucket_is_an_error_not_a_miss() {
             "{:?}: {why}",
             fx.data_path
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }

@@ -102,13 +102,10 @@ fn ok() -> Reply {
 }
 
 async fn tier(port: u16, path: DataPath, attempt_timeout: Option<f64>) -> Tier {
-    let mut c = S3Config::for_endpoint(
-        &format!("http://127.0.0.1:{port}"),
-        "scripted",
-        "garage",
-        "GKscripted",
-        "scripted-secret",
-    );
+    let mut c = S3Config::new(format!("http://127.0.0.1:{port}"), "garage")
+        .bucket("scripted")
+        .access_key_id("GKscripted")
+        .secret_access_key("scripted-secret");
     c.s3_data_path = path;
     c.s3_attempt_timeout_secs = attempt_timeout;
     c.circuit_breaker_cooldown_secs = 60.0;
@@ -160,7 +157,7 @@ async fn slow_down_and_server_errors_are_retried() {
             requests.iter().all(|r| r.starts_with("PUT /scripted/")),
             "{requests:?}"
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -191,7 +188,7 @@ async fn access_denied_is_not_retried_and_is_named() {
             status.adapters[0].details["circuit_breaker"]["consecutive_failures"], 0,
             "{path:?}: an answer from the store is not a connection failure"
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -226,7 +223,7 @@ async fn a_get_body_that_stalls_mid_stream_ends_within_the_attempt_timeout() {
         status.adapters[0].details["circuit_breaker"]["consecutive_failures"], 1,
         "{status:?}"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 fn reply(head: &str, body: &str) -> Reply {
@@ -291,7 +288,7 @@ async fn no_such_bucket_on_get_is_an_error_not_a_miss() {
             0,
             "{path:?}: the breaker is open"
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -320,7 +317,7 @@ async fn a_head_404_is_a_miss_only_on_an_existing_bucket() {
                 .contains("bucket \"scripted\" does not exist"),
             "{path:?}: {b}"
         );
-        gone.shutdown();
+        gone.close().await;
 
         // The bucket exists: a miss, checked once.
         let (port, seen) = scripted(vec![head_404(), ok(), head_404(), head_404()]);
@@ -336,7 +333,7 @@ async fn a_head_404_is_a_miss_only_on_an_existing_bucket() {
             status.adapters[0].details["circuit_breaker"]["consecutive_failures"],
             0
         );
-        there.shutdown();
+        there.close().await;
     }
 }
 
@@ -386,7 +383,7 @@ async fn a_storm_of_503s_opens_the_breaker() {
             "{path:?}: refused, not retried: {b}"
         );
         assert_eq!(request_lines(&seen).len(), 0, "{path:?}: no request");
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -409,7 +406,7 @@ async fn retry_after_is_honoured() {
     assert!(rep.adapters[0].1.failed.is_empty(), "{rep:?}");
     assert_eq!(request_lines(&seen).len(), 2);
     assert!(took >= Duration::from_secs(2), "retried after {took:?}");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A GET or HEAD that times out is retried once (idempotent); a PUT that times out is not
@@ -463,7 +460,7 @@ async fn timed_out_gets_and_heads_are_retried_once_puts_are_not() {
         1,
         "a PUT is not retried after a timeout: {lines:?}"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// `RequestTimeTooSkewed`: the request is signed again with the server's clock (from its
@@ -524,7 +521,7 @@ async fn a_skewed_clock_adopts_the_servers_time() {
             diff(second, server_time) < Duration::from_secs(120),
             "{path:?}: the retry signs with the server's clock"
         );
-        tier.shutdown();
+        tier.close().await;
     }
 }
 
@@ -557,7 +554,7 @@ async fn status_is_unhealthy_when_the_store_cannot_serve() {
         );
         assert_eq!(healthy_gauge(&t), "1");
         assert_eq!(request_lines(&seen).len(), 0);
-        t.shutdown();
+        t.close().await;
 
         // The bucket does not exist: unhealthy, the bucket named, the breaker open.
         let (port, _seen) = scripted_probes(vec![], || {
@@ -574,7 +571,7 @@ async fn status_is_unhealthy_when_the_store_cannot_serve() {
         );
         assert_eq!(a.details["circuit_breaker"]["state"], "open", "{path:?}");
         assert_eq!(healthy_gauge(&t), "0", "{path:?}");
-        t.shutdown();
+        t.close().await;
 
         // Refused credentials: unhealthy with the S3 code, the breaker left closed (a status
         // request must not cut traffic off).
@@ -593,7 +590,7 @@ async fn status_is_unhealthy_when_the_store_cannot_serve() {
         assert!(!why.contains("scripted-secret"), "no secret in the reason");
         assert_eq!(a.details["circuit_breaker"]["state"], "closed", "{path:?}");
         assert_eq!(healthy_gauge(&t), "0", "{path:?}");
-        t.shutdown();
+        t.close().await;
 
         // A plain AccessDenied on the missing probe object is what AWS answers to credentials
         // without s3:ListBucket (which kvtier does not need): healthy.
@@ -602,7 +599,7 @@ async fn status_is_unhealthy_when_the_store_cannot_serve() {
         let t = tier(port, path, None).await;
         let s = t.status().await.unwrap();
         assert!(s.adapters[0].is_healthy, "{path:?}: {s:?}");
-        t.shutdown();
+        t.close().await;
     }
 
     // Nothing listens: unhealthy, a connection failure.
@@ -616,7 +613,7 @@ async fn status_is_unhealthy_when_the_store_cannot_serve() {
     assert!(!s.adapters[0].is_healthy, "{s:?}");
     assert!(why.contains("health check failed"), "{why}");
     assert_eq!(healthy_gauge(&t), "0");
-    t.shutdown();
+    t.close().await;
 }
 
 /// One deadline per request across its retries (`retry_timeout_secs`): a store answering 503
@@ -650,7 +647,7 @@ async fn a_request_ends_by_its_deadline_whatever_the_retries_say() {
         failed[0].error
     );
     assert_eq!(request_lines(&seen).len(), 1, "no retry past the deadline");
-    t.shutdown();
+    t.close().await;
 
     // Never answered: the GET's attempt (60 s by default) is cut to the deadline, and no
     // retry follows it.
@@ -674,19 +671,16 @@ async fn a_request_ends_by_its_deadline_whatever_the_retries_say() {
         .unwrap_or_default()
         .to_owned();
     assert!(last.contains("deadline passed"), "{last}");
-    t.shutdown();
+    t.close().await;
 }
 
 /// A direct-path tier with `retry_timeout_secs = deadline` and the default attempt timeout;
 /// its breaker opens on the first failure so that status shows it.
 async fn deadline_tier(port: u16, deadline: f64) -> Tier {
-    let mut c = S3Config::for_endpoint(
-        &format!("http://127.0.0.1:{port}"),
-        "scripted",
-        "garage",
-        "GKscripted",
-        "scripted-secret",
-    );
+    let mut c = S3Config::new(format!("http://127.0.0.1:{port}"), "garage")
+        .bucket("scripted")
+        .access_key_id("GKscripted")
+        .secret_access_key("scripted-secret");
     c.retry_timeout_secs = deadline;
     c.circuit_breaker_cooldown_secs = 60.0;
     let mut built = TierConfig::default();
@@ -723,13 +717,10 @@ async fn a_load_whose_bytes_do_not_match_the_stored_crc32c_is_a_miss() {
         answer("AAAAAA=="),
         answer(good),
     ]);
-    let mut c = S3Config::for_endpoint(
-        &format!("http://127.0.0.1:{port}"),
-        "scripted",
-        "garage",
-        "GKscripted",
-        "scripted-secret",
-    );
+    let mut c = S3Config::new(format!("http://127.0.0.1:{port}"), "garage")
+        .bucket("scripted")
+        .access_key_id("GKscripted")
+        .secret_access_key("scripted-secret");
     c.s3_checksum = ChecksumMode::Crc32c;
     let mut built = TierConfig::default();
     built.adapters = vec![{
@@ -751,5 +742,5 @@ async fn a_load_whose_bytes_do_not_match_the_stored_crc32c_is_a_miss() {
     let got = t.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
     assert!(got.hits.all(), "the matching CRC32C is a hit");
     assert_eq!(&got.buffers[0][..], &body[..]);
-    t.shutdown();
+    t.close().await;
 }

@@ -155,13 +155,10 @@ async fn three_node_outage_breaker_and_recovery() {
     );
 
     let prefix = format!("run-{:08x}/", rand::random::<u32>());
-    let mut cfg = S3Config::for_endpoint(
-        &cluster.node(0).s3_endpoint,
-        BUCKET,
-        &cluster.region,
-        &cluster.access_key_id,
-        &cluster.secret_access_key,
-    );
+    let mut cfg = S3Config::new(&cluster.node(0).s3_endpoint, &cluster.region)
+        .bucket(BUCKET)
+        .access_key_id(&cluster.access_key_id)
+        .secret_access_key(&cluster.secret_access_key);
     cfg.s3_key_prefix = Some(prefix.clone());
     cfg.circuit_breaker_cooldown_secs = COOLDOWN_SECS;
     let tier = Rc::new(
@@ -444,7 +441,7 @@ async fn three_node_outage_breaker_and_recovery() {
         test_start.elapsed().as_secs_f64()
     );
     match Rc::try_unwrap(tier) {
-        Ok(t) => t.shutdown(),
+        Ok(t) => t.close().await,
         Err(_) => panic!("the tier is still shared"),
     }
     drop(cluster);

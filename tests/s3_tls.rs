@@ -130,13 +130,10 @@ async fn negotiated(prefer_http2: bool) -> Option<Vec<u8>> {
     let dir = tempfile::tempdir().unwrap();
     make_cert(dir.path());
     let (port, server) = serve_once(dir.path());
-    let mut c = S3Config::for_endpoint(
-        &format!("https://localhost:{port}"),
-        "kvtier-tls",
-        "r",
-        "AKIDEXAMPLE",
-        "secret",
-    );
+    let mut c = S3Config::new(format!("https://localhost:{port}"), "r")
+        .bucket("kvtier-tls")
+        .access_key_id("AKIDEXAMPLE")
+        .secret_access_key("secret");
     c.s3_ca_bundle = Some(dir.path().join("ca.pem"));
     c.s3_prefer_http2 = prefer_http2;
     let tier = Tier::start(&TierConfig::with_adapters(vec![{
@@ -151,7 +148,7 @@ async fn negotiated(prefer_http2: bool) -> Option<Vec<u8>> {
     // A HEAD that the server answers 404 (or drops): a miss either way.
     let hits = tier.lookup_and_lock(vec![key]).await.unwrap();
     assert!(!hits.all());
-    tier.shutdown();
+    tier.close().await;
     server.join().unwrap()
 }
 

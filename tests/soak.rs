@@ -208,13 +208,10 @@ async fn soak_mixed_load_with_eviction() {
     let garage = Garage::start();
     garage.create_bucket(BUCKET);
     let prefix = format!("soak-{:08x}/", rand::random::<u32>());
-    let mut cfg = S3Config::for_endpoint(
-        &garage.s3_endpoint,
-        BUCKET,
-        &garage.region,
-        &garage.access_key_id,
-        &garage.secret_access_key,
-    );
+    let mut cfg = S3Config::new(&garage.s3_endpoint, &garage.region)
+        .bucket(BUCKET)
+        .access_key_id(&garage.access_key_id)
+        .secret_access_key(&garage.secret_access_key);
     cfg.s3_key_prefix = Some(prefix.clone());
     let mut adapter = {
         let mut built = AdapterConfig::default();

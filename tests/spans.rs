@@ -54,15 +54,17 @@ async fn every_request_has_a_span_with_its_outcome() {
     let tier = Tier::start(&TierConfig::with_adapters(vec![AdapterConfig::memory()]))
         .await
         .unwrap();
-    tier.store(vec![key(1), key(2)], vec![payload(1, 100), payload(2, 100)])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![payload(1, 100), payload(2, 100)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     tier.lookup_and_lock(vec![key(1), key(3)]).await.unwrap();
     let r = tier.load(vec![key(1)], vec![BytesMut::zeroed(100)]).await;
     assert!(r.hits.get(0));
     tier.unlock(vec![key(1)]);
     tier.delete(vec![key(2)]).await.unwrap();
-    tier.shutdown();
+    tier.close().await;
 
     // Group the fields by span.
     let mut spans: std::collections::BTreeMap<u64, std::collections::BTreeMap<String, String>> =

@@ -416,6 +416,39 @@ impl EvictionConfig {
             },
         }
     }
+
+    /// LMCache's default policy: `LRU` at watermark 0.8, ratio 0.2 of the keys.
+    pub fn lru() -> Self {
+        Self::with_policy(EvictionPolicy::Lru)
+    }
+
+    /// Sets `trigger_watermark`, the usage fraction at or above which eviction runs.
+    #[must_use]
+    pub fn trigger_watermark(mut self, watermark: f64) -> Self {
+        self.trigger_watermark = watermark;
+        self
+    }
+
+    /// Sets `eviction_ratio`, the share of keys (or bytes) evicted per round.
+    #[must_use]
+    pub fn eviction_ratio(mut self, ratio: f64) -> Self {
+        self.eviction_ratio = ratio;
+        self
+    }
+
+    /// Sets `eviction_unit`, what `eviction_ratio` is a share of.
+    #[must_use]
+    pub fn eviction_unit(mut self, unit: EvictionUnit) -> Self {
+        self.eviction_unit = unit;
+        self
+    }
+
+    /// Adds (or replaces) the `IsolatedLRU` byte quota of one cache salt.
+    #[must_use]
+    pub fn quota(mut self, salt: impl Into<String>, bytes: u64) -> Self {
+        self.quotas.0.insert(salt.into(), bytes);
+        self
+    }
 }
 
 /// Fields every adapter type accepts.
@@ -472,6 +505,34 @@ impl CommonConfig {
     /// Capacity in bytes (`max_capacity_gb × 1024³`).
     pub fn capacity_bytes(&self) -> u64 {
         (self.max_capacity_gb * GIB) as u64
+    }
+
+    /// Sets `max_capacity_gb`, in GiB (0: no eviction).
+    #[must_use]
+    pub fn capacity_gb(mut self, gib: f64) -> Self {
+        self.max_capacity_gb = gib;
+        self
+    }
+
+    /// Sets the eviction policy (it acts once there is a capacity).
+    #[must_use]
+    pub fn eviction(mut self, eviction: EvictionConfig) -> Self {
+        self.eviction = Some(eviction);
+        self
+    }
+
+    /// Sets `name`, the `name` label of the adapter's metrics.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Sets `object_name_format`.
+    #[must_use]
+    pub fn name_format(mut self, format: NameFormat) -> Self {
+        self.object_name_format = format;
+        self
     }
 }
 

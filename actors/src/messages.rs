@@ -128,6 +128,7 @@ impl StoreOutcome {
 /// The reply to [`Store`]: one outcome per adapter, in configuration order (a backend answers
 /// with its own entry only).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[must_use = "a store can fail for some keys and adapters while the call succeeds: check `success()` or the outcomes"]
 pub struct StoreReport {
     /// Per adapter: its index and outcome.
     pub adapters: Vec<(AdapterIndex, StoreOutcome)>,

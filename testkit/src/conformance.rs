@@ -90,15 +90,17 @@ pub async fn roundtrip(fx: &impl Fixture) {
         assert_eq!(&b[..], &o[..]);
     }
     tier.unlock(keys);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Lookups of stored and unknown keys give a 1010 pattern; loads likewise.
 pub async fn partial_hits(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(0), key(2)], vec![payload(0, 512), payload(2, 512)])
+    assert!(tier
+        .store(vec![key(0), key(2)], vec![payload(0, 512), payload(2, 512)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let keys = vec![key(0), key(1), key(2), key(3)];
     let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
     assert_eq!(format!("{hits}"), "1010");
@@ -106,7 +108,7 @@ pub async fn partial_hits(fx: &impl Fixture) {
     assert_eq!(format!("{}", loaded.hits), "1010");
     assert_eq!(&loaded.buffers[2][..], &payload(2, 512)[..]);
     tier.unlock(keys);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Loading an absent key is a miss and leaves the buffer alone.
@@ -117,15 +119,17 @@ pub async fn load_miss(fx: &impl Fixture) {
     let loaded = tier.load(vec![key(9)], vec![b]).await;
     assert_eq!(format!("{}", loaded.hits), "0");
     assert!(loaded.buffers[0].iter().all(|x| *x == 7));
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// An object whose size differs from its buffer is a miss, never a partial copy.
 pub async fn size_mismatch_is_miss(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(1)], vec![payload(1, 1000)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 1000)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     for size in [999, 1001] {
         let mut b = BytesMut::zeroed(size);
         b.fill(7);
@@ -137,7 +141,7 @@ pub async fn size_mismatch_is_miss(fx: &impl Fixture) {
         );
         assert_eq!(loaded.buffers[0].len(), size);
     }
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Empty objects are rejected and named in the report; other keys of the batch still land.
@@ -162,7 +166,7 @@ pub async fn empty_object_rejected(fx: &impl Fixture) {
         o.failed[0].error
     );
     assert_eq!(o.new_bytes, 10);
-    tier.shutdown();
+    tier.close().await;
 }
 
 async fn delete_one(tier: &Tier, k: kvtier::ObjectKey) -> usize {
@@ -172,9 +176,11 @@ async fn delete_one(tier: &Tier, k: kvtier::ObjectKey) -> usize {
 /// Two lookups need two unlocks before a delete goes through.
 pub async fn lock_refcounts(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(1)], vec![payload(1, 100)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 100)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert!(tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     assert_eq!(delete_one(&tier, key(1)).await, 0, "locked twice: kept");
@@ -189,15 +195,17 @@ pub async fn lock_refcounts(fx: &impl Fixture) {
     assert!(!tier.lookup_and_lock(vec![key(1)]).await.unwrap().all());
     // Extra unlocks and unknown keys are ignored.
     tier.unlock(vec![key(1), key(99)]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// A locked key survives delete and goes after unlock; deletes report exactly what went.
 pub async fn locked_survives_delete(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(vec![key(1), key(2)], vec![payload(1, 100), payload(2, 100)])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![payload(1, 100), payload(2, 100)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     tier.lookup_and_lock(vec![key(1)]).await.unwrap();
     let rep = tier.delete(vec![key(1), key(2), key(3)]).await.unwrap();
     let removed: Vec<_> = rep.all_keys().cloned().collect();
@@ -214,7 +222,7 @@ pub async fn locked_survives_delete(fx: &impl Fixture) {
         .collect();
     assert_eq!(removed, vec![key(1)]);
     assert_eq!(used(&tier).await, 0);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Deleting keys that were never stored is a no-op.
@@ -223,7 +231,7 @@ pub async fn delete_unknown(fx: &impl Fixture) {
     let rep = tier.delete(vec![key(5), key(6)]).await.unwrap();
     assert_eq!(rep.all_keys().count(), 0);
     assert_eq!(used(&tier).await, 0);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Capacity 0: fraction -1 and nothing is evicted, even with an eviction policy.
@@ -231,7 +239,7 @@ pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
     let tier = start(fx, with_capacity(0, lru(0.1, 1.0))).await;
     let keys: Vec<_> = (0..20).map(key).collect();
     let objs: Vec<_> = (0..20).map(|i| payload(i, 256)).collect();
-    tier.store(keys.clone(), objs).await.unwrap();
+    assert!(tier.store(keys.clone(), objs).await.unwrap().success());
     // The evictor has seen the stores and found nothing to do.
     tier.evictor().send(WhenIdle(0)).await.unwrap();
     let u = &tier.usage().await.unwrap().adapters[0];
@@ -246,7 +254,7 @@ pub async fn capacity_zero_never_evicts(fx: &impl Fixture) {
         20
     );
     tier.unlock(keys);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Usage counts new keys only, shrinks on delete, never goes below zero.
@@ -263,9 +271,11 @@ pub async fn usage_accounting(fx: &impl Fixture) {
         .unwrap();
     assert_eq!(rep.adapters[0].1.new_bytes, 0, "re-store adds 0");
     assert!(rep.success());
-    tier.store(vec![key(2)], vec![payload(2, 200)])
+    assert!(tier
+        .store(vec![key(2)], vec![payload(2, 200)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let u = &tier.usage().await.unwrap().adapters[0];
     assert_eq!((u.used_bytes, u.keys), (500, 2));
     assert!((u.fraction - 500.0 / (1 << 20) as f64).abs() < 1e-12);
@@ -275,23 +285,25 @@ pub async fn usage_accounting(fx: &impl Fixture) {
     assert_eq!(used(&tier).await, 0);
     tier.delete(vec![key(2)]).await.unwrap();
     assert_eq!(used(&tier).await, 0, "never below 0");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Bytes are accounted per cache salt.
 pub async fn per_salt_bytes(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
-    tier.store(
-        vec![key(1), salted(2, "a"), salted(3, "a"), salted(4, "b")],
-        vec![
-            payload(1, 10),
-            payload(2, 20),
-            payload(3, 30),
-            payload(4, 40),
-        ],
-    )
-    .await
-    .unwrap();
+    assert!(tier
+        .store(
+            vec![key(1), salted(2, "a"), salted(3, "a"), salted(4, "b")],
+            vec![
+                payload(1, 10),
+                payload(2, 20),
+                payload(3, 30),
+                payload(4, 40),
+            ],
+        )
+        .await
+        .unwrap()
+        .success());
     let u = tier.usage().await.unwrap().adapters[0].clone();
     assert_eq!(u.bytes_by_cache_salt.get(""), Some(&10));
     assert_eq!(u.bytes_by_cache_salt.get("a"), Some(&50));
@@ -303,7 +315,7 @@ pub async fn per_salt_bytes(fx: &impl Fixture) {
         None,
         "only positive entries"
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Waits without blocking the arbiter (the controller runs on the test's thread).
@@ -325,9 +337,11 @@ async fn next_event(rx: &flume::Receiver<TierEvent>) -> UsageEventKind {
 pub async fn events(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
     let rx = tier.events();
-    tier.store(vec![key(1), key(2)], vec![payload(1, 10), payload(2, 20)])
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![payload(1, 10), payload(2, 20)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     match next_event(&rx).await {
         UsageEventKind::Stored { keys, sizes } => {
             assert_eq!(keys, vec![key(1), key(2)]);
@@ -360,7 +374,7 @@ pub async fn events(fx: &impl Fixture) {
         }
         other => panic!("expected Deleted, got {other:?}"),
     }
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Stores and lookup hits refresh recency; eviction takes the least recent first.
@@ -368,15 +382,19 @@ pub async fn lru_order(fx: &impl Fixture) {
     // Capacity far above use: nothing is evicted, only the order is observed.
     let tier = start(fx, with_capacity(1 << 30, lru(0.9, 0.2))).await;
     for i in 0..4 {
-        tier.store(vec![key(i)], vec![payload(i, 10)])
+        assert!(tier
+            .store(vec![key(i)], vec![payload(i, 10)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
     }
     tier.lookup_and_lock(vec![key(0)]).await.unwrap();
     tier.unlock(vec![key(0)]);
-    tier.store(vec![key(1)], vec![payload(1, 10)])
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 10)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let want = vec![key(2), key(3), key(0), key(1)];
     let ok = wait_until(5, || async {
         tier.evictor().send(GetLruOrder(0)).await.unwrap() == want
@@ -387,7 +405,7 @@ pub async fn lru_order(fx: &impl Fixture) {
         "LRU order: {:?}",
         tier.evictor().send(GetLruOrder(0)).await.unwrap()
     );
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Fills 10 keys of 100 bytes into a 1000-byte capacity with a 0.5 watermark and `ratio`;
@@ -396,22 +414,26 @@ async fn fill_and_settle(fx: &impl Fixture, slot: usize, ratio: f64, locked: &[u
     let tier = start_slot(fx, slot, with_capacity(1000, lru(1.0, ratio))).await;
     // Locked keys first (oldest), so they are the first candidates.
     for i in 0..9u32 {
-        tier.store(vec![key(i)], vec![payload(i, 100)])
+        assert!(tier
+            .store(vec![key(i)], vec![payload(i, 100)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
         if locked.contains(&i) {
             assert!(tier.lookup_and_lock(vec![key(i)]).await.unwrap().all());
         }
     }
     // Recency order is now 0..9 except locked keys refreshed by their lookup.
-    tier.store(vec![key(9)], vec![payload(9, 100)])
+    assert!(tier
+        .store(vec![key(9)], vec![payload(9, 100)])
         .await
-        .unwrap(); // 1000 / 1000: evict
+        .unwrap()
+        .success()); // 1000 / 1000: evict
     tier.evictor().send(WhenIdle(0)).await.unwrap();
     let keys: Vec<_> = (0..10).map(key).collect();
     let hits = tier.lookup_and_lock(keys.clone()).await.unwrap();
     tier.unlock(keys);
-    tier.shutdown();
+    tier.close().await;
     (0..10).filter(|i| hits.get(*i as usize)).collect()
 }
 
@@ -445,14 +467,18 @@ pub async fn eviction_skips_locked(fx: &impl Fixture) {
     );
 
     let tier = start_slot(fx, 11, with_capacity(2000, lru(0.5, 0.2))).await;
-    tier.store(vec![key(100)], vec![payload(100, 100)])
+    assert!(tier
+        .store(vec![key(100)], vec![payload(100, 100)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     assert!(tier.lookup_and_lock(vec![key(100)]).await.unwrap().all());
     for i in 0..30u32 {
-        tier.store(vec![key(i)], vec![payload(i, 100)])
+        assert!(tier
+            .store(vec![key(i)], vec![payload(i, 100)])
             .await
-            .unwrap();
+            .unwrap()
+            .success());
     }
     let ok = wait_until(5, || async {
         let u = &tier.usage().await.unwrap().adapters[0];
@@ -468,7 +494,7 @@ pub async fn eviction_skips_locked(fx: &impl Fixture) {
     let loaded = tier.load(vec![key(100)], bufs(1, 100)).await;
     assert!(loaded.hits.all(), "the locked key was never evicted");
     tier.unlock(vec![key(100)]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Two adapters: the first that has a key wins; the duplicate lock on the other is released.
@@ -533,7 +559,7 @@ pub async fn multi_adapter_first_hit(fx: &impl Fixture) {
     let mut all: Vec<_> = d.all_keys().cloned().collect();
     all.sort();
     assert_eq!(all, vec![key(1), key(2)], "unlock went to the holders");
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Listing pages through keys of one model, with sizes.
@@ -541,11 +567,13 @@ pub async fn list_keys(fx: &impl Fixture) {
     let tier = start(fx, |_| {}).await;
     let keys: Vec<_> = (0..7).map(key).collect();
     let objs: Vec<_> = (0..7).map(|i| payload(i, 10 + i as usize)).collect();
-    tier.store(keys.clone(), objs).await.unwrap();
+    assert!(tier.store(keys.clone(), objs).await.unwrap().success());
     let other = kvtier::ObjectKey::new("other-model", 1, vec![1u8]).unwrap();
-    tier.store(vec![other.clone()], vec![payload(0, 5)])
+    assert!(tier
+        .store(vec![other.clone()], vec![payload(0, 5)])
         .await
-        .unwrap();
+        .unwrap()
+        .success());
     let mut cursor = None;
     let mut seen = Vec::new();
     loop {
@@ -570,7 +598,7 @@ pub async fn list_keys(fx: &impl Fixture) {
     seen.sort();
     let want: Vec<_> = (0..7).map(|i| (key(i), 10 + i as u64)).collect();
     assert_eq!(seen, want);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// Every key of `fx`'s model `test-model` in adapter 0, through the store's own listing.
@@ -656,7 +684,7 @@ pub async fn empty_salt_is_no_salt(fx: &impl Fixture) {
     assert_eq!(format!("{hits}"), "00");
     assert_eq!(listed(&tier).await, vec![]);
     assert_eq!(used(&tier).await, 0);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// In the default `seed` name format, which has no group field, a key of a non-zero
@@ -705,7 +733,7 @@ pub async fn seed_format_refuses_groups(fx: &impl Fixture) {
     assert_eq!(listed(&tier).await, vec![(key(1), 64)], "group 0 kept");
     let u = tier.usage().await.unwrap().adapters[0].clone();
     assert_eq!((u.keys, u.used_bytes), (1, 64));
-    tier.shutdown();
+    tier.close().await;
 
     let tier = start_slot(fx, 1, |a| {
         a.common.object_name_format = kvtier::NameFormat::Grouped;
@@ -730,7 +758,7 @@ pub async fn seed_format_refuses_groups(fx: &impl Fixture) {
     let d = tier.delete(vec![g.clone()]).await.unwrap();
     assert_eq!(d.adapters[0].1, vec![g]);
     assert_eq!(listed(&tier).await, vec![(key(1), 64)]);
-    tier.shutdown();
+    tier.close().await;
 }
 
 /// The conformance tests for a backend: `conformance_tests!(fixture_expression);`

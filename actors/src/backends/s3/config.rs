@@ -177,24 +177,33 @@ pub struct ResolvedEndpoint {
 }
 
 impl S3Config {
-    /// A config for a plain endpoint URL, bucket and region, with static credentials.
-    pub fn for_endpoint(
-        endpoint: &str,
-        bucket: &str,
-        region: &str,
-        key_id: &str,
-        secret: &str,
-    ) -> Self {
+    /// An `s3` adapter on `s3_endpoint` (a bucket URL such as `s3://bucket`, or a plain endpoint
+    /// URL together with [`S3Config::bucket`]), signing for `s3_region`. Every other field is
+    /// at its default: credentials from the default chain (set static ones with
+    /// [`S3Config::access_key_id`] and [`S3Config::secret_access_key`], each by name), and TLS
+    /// unless the endpoint starts with `http://`.
+    ///
+    /// ```
+    /// use kvtier_actors::backends::s3::S3Config;
+    /// let c = S3Config::new("http://127.0.0.1:3900", "garage")
+    ///     .bucket("kvcache")
+    ///     .access_key_id("GK123")
+    ///     .secret_access_key("s3cr3t")
+    ///     .prefix("llama");
+    /// assert!(c.validate().is_ok());
+    /// ```
+    pub fn new(s3_endpoint: impl Into<String>, s3_region: impl Into<String>) -> Self {
+        let s3_endpoint = s3_endpoint.into();
         Self {
-            s3_endpoint: endpoint.into(),
-            s3_region: region.into(),
+            disable_tls: s3_endpoint.starts_with("http://"),
+            s3_endpoint,
+            s3_region: s3_region.into(),
             s3_num_io_threads: default_io_threads(),
             s3_prefer_http2: true,
             s3_enable_s3express: false,
-            disable_tls: endpoint.starts_with("http://"),
-            aws_access_key_id: Some(Secret::new(key_id)),
-            aws_secret_access_key: Some(Secret::new(secret)),
-            s3_bucket: Some(bucket.into()),
+            aws_access_key_id: None,
+            aws_secret_access_key: None,
+            s3_bucket: None,
             s3_addressing_style: None,
             s3_ca_bundle: None,
             s3_key_prefix: None,
@@ -207,6 +216,66 @@ impl S3Config {
             s3_bucket_check_secs: default_bucket_check(),
             retry_timeout_secs: crate::retry::default_retry_timeout_secs(),
         }
+    }
+
+    /// Sets `s3_bucket`: the bucket, when `s3_endpoint` is a plain endpoint URL.
+    #[must_use]
+    pub fn bucket(mut self, bucket: impl Into<String>) -> Self {
+        self.s3_bucket = Some(bucket.into());
+        self
+    }
+
+    /// Sets `aws_access_key_id`, the static access key id (with
+    /// [`S3Config::secret_access_key`]).
+    #[must_use]
+    pub fn access_key_id(mut self, access_key_id: impl Into<String>) -> Self {
+        self.aws_access_key_id = Some(Secret::new(access_key_id));
+        self
+    }
+
+    /// Sets `aws_secret_access_key`, the static secret access key (with
+    /// [`S3Config::access_key_id`]).
+    #[must_use]
+    pub fn secret_access_key(mut self, secret_access_key: impl Into<String>) -> Self {
+        self.aws_secret_access_key = Some(Secret::new(secret_access_key));
+        self
+    }
+
+    /// Sets `s3_key_prefix`: every object is stored under `<prefix>/`.
+    #[must_use]
+    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.s3_key_prefix = Some(prefix.into());
+        self
+    }
+
+    /// Sets `s3_checksum` (see [`ChecksumMode`]).
+    #[must_use]
+    pub fn checksum(mut self, mode: ChecksumMode) -> Self {
+        self.s3_checksum = mode;
+        self
+    }
+
+    /// Sets `s3_data_path` (see [`DataPath`]).
+    #[must_use]
+    pub fn data_path(mut self, path: DataPath) -> Self {
+        self.s3_data_path = path;
+        self
+    }
+
+    /// Test shorthand inside this crate: a plain endpoint, bucket and region with static
+    /// credentials (hosts use [`S3Config::new`] and its named setters).
+    #[cfg(test)]
+    pub(crate) fn for_endpoint(
+        endpoint: &str,
+        bucket: &str,
+        region: &str,
+        key_id: &str,
+        secret: &str,
+    ) -> Self {
+        Self::new(endpoint, region)
+            .bucket(bucket)
+            .access_key_id(key_id)
+            .secret_access_key(secret)
     }
 
     /// Whether PUTs to this endpoint sign their payload's SHA-256 (see [`PayloadSigning`]).
