@@ -308,7 +308,7 @@ impl Entry {
 #[derive(Debug)]
 struct Ranking<K> {
     order: BTreeMap<(u64, u64), K>,
-    resident: HashMap<K, Entry, BuildDigestHasher>,
+    resident: HashMap<K, Entry, BuildDigestHasher<K>>,
     history: History,
     clock: u64,
 }
@@ -338,7 +338,7 @@ struct Touch {
     placement: Placement,
 }
 
-impl<K: Clone + Eq + Hash> Ranking<K> {
+impl<K: Clone + Eq + Hash + nohash_hasher::IsEnabled> Ranking<K> {
     /// One use of `key`: a tracked key gains a use, an untracked one brings its history's
     /// count. Returns whether the key was tracked (a hit).
     fn touch(&mut self, key: &K, t: Touch) -> bool {
