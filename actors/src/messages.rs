@@ -234,6 +234,15 @@ pub struct Delete {
     pub adapter: Option<AdapterIndex>,
 }
 
+/// Remove keys found corrupt: a [`Delete`] whose event says [`DeleteCause::Corrupt`]. Sent by
+/// a backend actor to itself (after a load or a [`Verify`]); the same rules as [`Delete`].
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "DeleteReport")]
+pub(crate) struct RemoveCorrupt {
+    /// The keys to remove.
+    pub(crate) keys: Vec<ObjectKey>,
+}
+
 /// Keys removed, per adapter.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DeleteReport {
@@ -465,13 +474,44 @@ pub enum UsageEventKind {
         /// The keys.
         keys: Vec<ObjectKey>,
     },
-    /// Keys were removed, with the sizes that were accounted for them.
+    /// Keys were removed, with the sizes that were accounted for them, and why.
     Deleted {
         /// The keys.
         keys: Vec<ObjectKey>,
         /// Their sizes, one per key.
         sizes: Vec<u64>,
+        /// Why they went (one cause per event).
+        cause: DeleteCause,
     },
+}
+
+/// Why keys left an adapter: the cause a [`UsageEventKind::Deleted`] carries, so a policy
+/// can tell its own evictions (which ARC and SLRU remember as ghosts) from other removals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DeleteCause {
+    /// An eviction round removed them ([`Evict`]).
+    Evicted,
+    /// A [`Delete`] removed them (a host's request).
+    Deleted,
+    /// Their objects failed their checksum (on a load, or [`Verify`] with `delete_corrupt`)
+    /// and were removed.
+    Corrupt,
+    /// A load found them gone from the store (removed behind the adapter's back).
+    Vanished,
+}
+
+impl DeleteCause {
+    /// The cause in snake case (`"evicted"`, `"deleted"`, `"corrupt"`, `"vanished"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteCause::Evicted => "evicted",
+            DeleteCause::Deleted => "deleted",
+            DeleteCause::Corrupt => "corrupt",
+            DeleteCause::Vanished => "vanished",
+        }
+    }
 }
 
 /// Register another recipient of a backend's [`UsageEvent`]s.

@@ -702,7 +702,7 @@ impl Core {
                     K::Accessed { keys } => {
                         ("accessed", keys.iter().map(key_tuple).collect(), Vec::new())
                     }
-                    K::Deleted { keys, sizes } => {
+                    K::Deleted { keys, sizes, .. } => {
                         ("deleted", keys.iter().map(key_tuple).collect(), sizes)
                     }
                 }

@@ -305,8 +305,31 @@ impl Handler<Delete> for BackendActor {
             .filter(|k| seen.insert(k.clone()))
             .collect();
         let index = self.index;
-        self.start_delete(keys, ctx, move |removed| DeleteReport {
-            adapters: vec![(index, removed.into_iter().map(|(k, _)| k).collect())],
+        self.start_delete(keys, DeleteCause::Deleted, ctx, move |removed| {
+            DeleteReport {
+                adapters: vec![(index, removed.into_iter().map(|(k, _)| k).collect())],
+            }
+        })
+    }
+}
+
+/// The same as [`Delete`], for keys found corrupt (their event says so).
+impl Handler<RemoveCorrupt> for BackendActor {
+    type Result = ActorResponse<Self, DeleteReport>;
+
+    fn handle(&mut self, msg: RemoveCorrupt, ctx: &mut Context<Self>) -> Self::Result {
+        let mut seen = KeySet::default();
+        let keys: Vec<ObjectKey> = msg
+            .keys
+            .into_iter()
+            .filter(|k| self.removable(k))
+            .filter(|k| seen.insert(k.clone()))
+            .collect();
+        let index = self.index;
+        self.start_delete(keys, DeleteCause::Corrupt, ctx, move |removed| {
+            DeleteReport {
+                adapters: vec![(index, removed.into_iter().map(|(k, _)| k).collect())],
+            }
         })
     }
 }
@@ -319,7 +342,7 @@ impl Handler<Evict> for BackendActor {
             self.removable(k).then_some(size)
         });
         let metrics = self.metrics.clone();
-        self.start_delete(keys, ctx, move |removed| {
+        self.start_delete(keys, DeleteCause::Evicted, ctx, move |removed| {
             metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
             removed
         })
@@ -406,13 +429,10 @@ impl Handler<Verify> for BackendActor {
                 .then(move |(results, corrupt), _, _| {
                     wrap_future(async move {
                         let deleted = if delete && !corrupt.is_empty() {
-                            addr.send(Delete {
-                                keys: corrupt,
-                                adapter: None,
-                            })
-                            .await
-                            .map(|r| r.adapters.into_iter().flat_map(|(_, k)| k).collect())
-                            .unwrap_or_default()
+                            addr.send(RemoveCorrupt { keys: corrupt })
+                                .await
+                                .map(|r| r.adapters.into_iter().flat_map(|(_, k)| k).collect())
+                                .unwrap_or_default()
                         } else {
                             Vec::new()
                         };
@@ -436,6 +456,7 @@ impl BackendActor {
     pub(super) fn start_delete<R: 'static>(
         &mut self,
         keys: Vec<ObjectKey>,
+        cause: DeleteCause,
         ctx: &mut Context<Self>,
         reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
     ) -> ActorResponse<Self, R> {
@@ -449,7 +470,7 @@ impl BackendActor {
         let started = self.begin(Op::Delete, keys.len(), 0);
         let io = self.storage.remove(keys.clone());
         self.respond(io, ctx, move |results, act, ctx| {
-            let removed = act.finish_delete(keys.clone(), results);
+            let removed = act.finish_delete(keys.clone(), results, cause);
             started.outcome(removed.len(), 0);
             act.metrics.deleted(removed.len());
             act.metrics.finish(started);
@@ -462,6 +483,7 @@ impl BackendActor {
         &mut self,
         keys: Vec<ObjectKey>,
         results: Vec<Result<Removed, BackendError>>,
+        cause: DeleteCause,
     ) -> Vec<(ObjectKey, u64)> {
         let mut removed = Vec::new();
         let mut gone = Vec::new();
@@ -492,6 +514,7 @@ impl BackendActor {
             self.publish(UsageEventKind::Deleted {
                 keys: gone,
                 sizes: gone_sizes,
+                cause,
             });
         }
         removed
@@ -559,6 +582,7 @@ impl BackendActor {
             self.publish(UsageEventKind::Deleted {
                 keys: gone,
                 sizes: gone_sizes,
+                cause: DeleteCause::Vanished,
             });
         }
         hits
@@ -576,10 +600,7 @@ impl BackendActor {
             }
         }
         if !now.is_empty() {
-            ctx.address().do_send(Delete {
-                keys: now,
-                adapter: None,
-            });
+            ctx.address().do_send(RemoveCorrupt { keys: now });
         }
     }
 }

@@ -34,7 +34,8 @@
 //! **Corrupt objects are never served, then removed.** A load whose bytes do not match the
 //! object's stored checksum ([`Fetched::Corrupt`]) is a miss, counted
 //! (`kvtier_corrupt_objects_total`). The object is then deleted as a [`Delete`] would (a
-//! message to this actor): at once when the key is unlocked and not busy; when it is locked
+//! `RemoveCorrupt` message to this actor, whose `Deleted` event says
+//! [`DeleteCause::Corrupt`]): at once when the key is unlocked and not busy; when it is locked
 //! (the usual case: a load follows a lookup-and-lock), the key is marked corrupt, lookups miss
 //! it from then on, and its last unlock deletes it (a lock is never broken). A successful store
 //! of the key clears the mark. [`Verify`] (`kvtier scrub`) checks objects on the storage's

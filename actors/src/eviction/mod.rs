@@ -43,7 +43,9 @@ use crate::config::{
     FlruAdmission, Quotas,
 };
 use crate::key::{KeyMap, ObjectKey};
-use crate::messages::{AdapterIndex, Evict, EvictGroup, GetUsage, UsageEvent, UsageEventKind};
+use crate::messages::{
+    AdapterIndex, DeleteCause, Evict, EvictGroup, GetUsage, UsageEvent, UsageEventKind,
+};
 
 /// Default period of the timer check.
 pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
@@ -65,8 +67,9 @@ pub trait EvictionPolicy: Send + 'static {
     /// Lookups hit these keys, or a [`Touch`](crate::messages::Touch) marked them, in request
     /// order.
     fn on_accessed(&mut self, keys: &[ObjectKey]);
-    /// The keys are gone.
-    fn on_removed(&mut self, keys: &[ObjectKey]);
+    /// The keys are gone, all for `cause` ([`DeleteCause::Evicted`]: a round removed them; a
+    /// policy that keeps ghosts of its evictions keeps them for these only).
+    fn on_removed(&mut self, keys: &[ObjectKey], cause: DeleteCause);
     /// Every tracked key in eviction order, first victim first.
     fn victims(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_>;
     /// Keys tracked.
@@ -308,12 +311,12 @@ impl PolicyState {
         self.policy.on_accessed(keys);
     }
 
-    /// The keys are gone.
-    pub fn removed(&mut self, keys: &[ObjectKey]) {
+    /// The keys are gone, for `cause`.
+    pub fn removed(&mut self, keys: &[ObjectKey], cause: DeleteCause) {
         for k in keys {
             self.book.remove(k);
         }
-        self.policy.on_removed(keys);
+        self.policy.on_removed(keys, cause);
     }
 
     /// The round to run now (empty: none), given the backend's usage and capacity.
@@ -592,7 +595,7 @@ impl Handler<UsageEvent> for EvictionActor {
                 check = true;
             }
             UsageEventKind::Accessed { keys } => t.state.accessed(&keys),
-            UsageEventKind::Deleted { keys, .. } => t.state.removed(&keys),
+            UsageEventKind::Deleted { keys, cause, .. } => t.state.removed(&keys, cause),
         }
         if check {
             self.check(msg.adapter, ctx);
