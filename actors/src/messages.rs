@@ -1,10 +1,20 @@
-//! Every message the actors exchange, and their replies.
+//! The backends' vocabulary: the operations every backend actor answers and the controller
+//! answers too (it forwards them), their replies, and the usage events backends publish.
 //!
-//! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor answer
-//! the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Touch`], [`Delete`],
-//! [`GetUsage`], [`GetStatus`], [`ListKeys`]). A backend replies for itself; the controller replies per adapter
-//! (or, for lookups and loads, merged across adapters). Backends publish [`UsageEvent`]s to their
-//! subscribers (the eviction actor and the controller, which relays them to host channels).
+//! Messages live **one module per actor**: this one for the backend actors (and so for the
+//! controller's forwarded operations); the controller's own messages (submitting without
+//! waiting, event channels, stopping) in [`crate::controller`]'s `messages.rs`; the eviction
+//! actor's own (attaching backends, stats, quotas, [`WhenIdle`](crate::eviction::WhenIdle))
+//! in [`crate::eviction`]'s `messages.rs`. Each is re-exported where its actor is.
+//!
+//! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor
+//! answer the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Touch`],
+//! [`Delete`], [`GetUsage`], [`GetStatus`], [`ListKeys`], [`Verify`]). A backend replies for
+//! itself; the controller replies per adapter (or, for lookups and loads, merged across
+//! adapters). Backends also answer [`Evict`] (from the eviction actor) and
+//! [`SubscribeUsage`], and publish [`UsageEvent`]s to their subscribers (the eviction actor and
+//! the controller, which relays them to host channels); a `Deleted` event carries its
+//! [`DeleteCause`].
 
 use std::collections::BTreeMap;
 use std::fmt;

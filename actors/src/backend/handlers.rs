@@ -358,7 +358,7 @@ impl Handler<GetUsage> for BackendActor {
         })
     }
 }
-/// Status runs the storage's health check first ([`Storage::probe`]), so a store that cannot
+/// Status runs the storage's health check first ([`Storage::probe`](crate::storage::Storage::probe)), so a store that cannot
 /// serve (a missing bucket, refused credentials, an unreachable endpoint) is unhealthy even
 /// before a data request has failed.
 impl Handler<GetStatus> for BackendActor {

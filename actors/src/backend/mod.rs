@@ -32,7 +32,7 @@
 //! hit, without I/O and without a lock.
 //!
 //! **Corrupt objects are never served, then removed.** A load whose bytes do not match the
-//! object's stored checksum ([`Fetched::Corrupt`]) is a miss, counted
+//! object's stored checksum ([`Fetched::Corrupt`](crate::storage::Fetched::Corrupt)) is a miss, counted
 //! (`kvtier_corrupt_objects_total`). The object is then deleted as a [`Delete`] would (a
 //! `RemoveCorrupt` message to this actor, whose `Deleted` event says
 //! [`DeleteCause::Corrupt`]): at once when the key is unlocked and not busy; when it is locked

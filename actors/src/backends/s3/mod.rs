@@ -18,15 +18,15 @@
 //! locking keys whose loads cannot succeed.
 //!
 //! A missing bucket is never a missing key: a GET 404 or any other answer whose code is
-//! `NoSuchBucket` is an [`ErrorKind::BucketMissing`] error naming the bucket. A HEAD 404 has no
+//! `NoSuchBucket` is an [`ErrorKind::BucketMissing`](crate::storage::ErrorKind::BucketMissing) error naming the bucket. A HEAD 404 has no
 //! body, so it is a miss only when a request found the bucket within `s3_bucket_check_secs`;
 //! otherwise one `HeadBucket` confirms the bucket first.
 //!
 //! What is shared between the storage and its request futures, exactly: an `Arc` of immutable
 //! settings and the SDK client, a semaphore bounding requests in flight, one atomic timestamp
-//! (when the bucket was last seen, [`bucket`]), and on the direct path the signer each request
+//! (when the bucket was last seen, `bucket.rs`), and on the direct path the signer each request
 //! holds plus a flume channel on which a request whose credentials were refused hands fresh
-//! ones back to the storage ([`credentials`]). The breaker is the storage's alone. No lock.
+//! ones back to the storage (`credentials.rs`). The breaker is the storage's alone. No lock.
 //!
 //! The files: `config.rs` (settings and their defaults), `client.rs` (the SDK client, its
 //! HTTP connector and runtime), `http.rs` (the hyper connector), `plane.rs` (the data plane
