@@ -201,27 +201,33 @@ fn pass(
 
 /// Parses `4MiB`, `256K`, `65536` (binary multiples), like `kvtier bench --chunk-size`.
 fn parse_size(s: &str) -> Option<usize> {
+    // bytesize parses the number and the unit; kvtier reads K, KB, M, MB, G, GB and T, TB as
+    // binary multiples (`4MB` = 4 MiB, as chunk sizes are meant), where bytesize reads them as
+    // decimal, so those are spelled as their binary units first.
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
+    let unit = match unit.trim().to_ascii_lowercase().as_str() {
+        "k" | "kb" => "KiB",
+        "m" | "mb" => "MiB",
+        "g" | "gb" => "GiB",
+        "t" | "tb" => "TiB",
+        _ => unit.trim(),
     };
-    num.parse::<usize>().ok()?.checked_mul(mult)
+    let bytes: bytesize::ByteSize = format!("{num}{unit}").parse().ok()?;
+    usize::try_from(bytes.as_u64()).ok()
 }
 
 /// This process's user + system CPU seconds so far (all threads); 0 if `getrusage` fails.
 fn process_cpu_secs() -> f64 {
-    // SAFETY: getrusage only writes into the zeroed struct we pass; on failure it stays zeroed,
-    // which is a valid value.
-    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
-    tv(ru.ru_utime) + tv(ru.ru_stime)
+    use nix::sys::resource::{getrusage, UsageWho};
+    let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+        return 0.0;
+    };
+    let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
+    tv(ru.user_time()) + tv(ru.system_time())
 }
 
 fn median(v: &mut [f64]) -> f64 {

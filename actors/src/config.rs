@@ -34,21 +34,32 @@ impl FieldError {
     }
 }
 
-/// A secret string (credential or token): never shown by `Debug`, `Display` or serialization.
-#[derive(Clone, PartialEq, Eq, Deserialize)]
+/// A secret string (credential or token): never shown by `Debug`, `Display` or serialization,
+/// and zeroed in memory when dropped. It wraps secrecy's [`secrecy::SecretString`] (the common
+/// crate for this), adding what our configs need: `PartialEq`, and serialization as
+/// `"<redacted>"` so a resolved configuration can be printed whole.
+#[derive(Clone, Deserialize)]
 #[serde(transparent)]
-pub struct Secret(String);
+pub struct Secret(secrecy::SecretString);
 
 impl Secret {
     /// Wraps a secret.
     pub fn new(s: impl Into<String>) -> Self {
-        Self(s.into())
+        Self(secrecy::SecretString::from(s.into()))
     }
     /// The secret itself; only to hand to a client, never to print.
     pub fn expose(&self) -> &str {
-        &self.0
+        secrecy::ExposeSecret::expose_secret(&self.0)
     }
 }
+
+impl PartialEq for Secret {
+    fn eq(&self, other: &Self) -> bool {
+        self.expose() == other.expose()
+    }
+}
+
+impl Eq for Secret {}
 
 impl std::fmt::Debug for Secret {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

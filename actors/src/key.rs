@@ -22,7 +22,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
-use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
+use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -168,28 +168,15 @@ impl Ord for ObjectKey {
     }
 }
 
-/// A hasher for maps keyed by [`ObjectKey`]: keys hash as their precomputed digest, which this
-/// passes through unchanged.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct DigestHasher(u64);
+/// Builds hashers for maps keyed by [`ObjectKey`]: a key hashes as its precomputed digest
+/// (one `write_u64`), which nohash-hasher passes through unchanged. nohash-hasher is the
+/// maintained crate for exactly this (a hasher for keys that already are hashes); it allows
+/// only types marked [`nohash_hasher::IsEnabled`] (ObjectKey and the integers), so a map whose
+/// keys would need a real hash does not compile with it.
+pub type BuildDigestHasher<K = ObjectKey> = nohash_hasher::BuildNoHashHasher<K>;
 
-impl Hasher for DigestHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        // Only reached for types other than ObjectKey: fold the bytes in (FNV-1a).
-        for b in bytes {
-            self.0 = (self.0 ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 ^= v;
-    }
-}
+impl nohash_hasher::IsEnabled for ObjectKey {}
 
-/// Builds [`DigestHasher`]s.
-pub type BuildDigestHasher = BuildHasherDefault<DigestHasher>;
 /// A map keyed by [`ObjectKey`] with the digest hasher.
 pub type KeyMap<V> = HashMap<ObjectKey, V, BuildDigestHasher>;
 /// A set of [`ObjectKey`]s with the digest hasher.
@@ -588,7 +575,7 @@ mod tests {
         let empty = llama().with_salt("").unwrap();
         assert_eq!(empty, plain);
         assert_eq!(empty.cmp(&plain), std::cmp::Ordering::Equal);
-        let h = BuildDigestHasher::default();
+        let h = <BuildDigestHasher>::default();
         assert_eq!(h.hash_one(&empty), h.hash_one(&plain));
         assert_eq!(empty.cache_salt(), None);
         assert_eq!(empty.cache_salt_arc(), None);

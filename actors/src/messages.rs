@@ -1,10 +1,20 @@
-//! Every message the actors exchange, and their replies.
+//! The backends' vocabulary: the operations every backend actor answers and the controller
+//! answers too (it forwards them), their replies, and the usage events backends publish.
 //!
-//! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor answer
-//! the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Touch`], [`Delete`],
-//! [`GetUsage`], [`GetStatus`], [`ListKeys`]). A backend replies for itself; the controller replies per adapter
-//! (or, for lookups and loads, merged across adapters). Backends publish [`UsageEvent`]s to their
-//! subscribers (the eviction actor and the controller, which relays them to host channels).
+//! Messages live **one module per actor**: this one for the backend actors (and so for the
+//! controller's forwarded operations); the controller's own messages (submitting without
+//! waiting, event channels, stopping) in [`crate::controller`]'s `messages.rs`; the eviction
+//! actor's own (attaching backends, stats, quotas, [`WhenIdle`](crate::eviction::WhenIdle))
+//! in [`crate::eviction`]'s `messages.rs`. Each is re-exported where its actor is.
+//!
+//! The vocabulary is symmetric: the [`Controller`](crate::Controller) and every backend actor
+//! answer the same operations ([`Store`], [`LookupAndLock`], [`Load`], [`Unlock`], [`Touch`],
+//! [`Delete`], [`GetUsage`], [`GetStatus`], [`ListKeys`], [`Verify`]). A backend replies for
+//! itself; the controller replies per adapter (or, for lookups and loads, merged across
+//! adapters). Backends also answer [`Evict`] (from the eviction actor) and
+//! [`SubscribeUsage`], and publish [`UsageEvent`]s to their subscribers (the eviction actor and
+//! the controller, which relays them to host channels); a `Deleted` event carries its
+//! [`DeleteCause`].
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -233,6 +243,15 @@ pub struct Delete {
     pub keys: Vec<ObjectKey>,
     /// At the controller: only this adapter (`None`: every adapter). Backends ignore it.
     pub adapter: Option<AdapterIndex>,
+}
+
+/// Remove keys found corrupt: a [`Delete`] whose event says [`DeleteCause::Corrupt`]. Sent by
+/// a backend actor to itself (after a load or a [`Verify`]); the same rules as [`Delete`].
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "DeleteReport")]
+pub(crate) struct RemoveCorrupt {
+    /// The keys to remove.
+    pub(crate) keys: Vec<ObjectKey>,
 }
 
 /// Keys removed, per adapter.
@@ -466,13 +485,44 @@ pub enum UsageEventKind {
         /// The keys.
         keys: Vec<ObjectKey>,
     },
-    /// Keys were removed, with the sizes that were accounted for them.
+    /// Keys were removed, with the sizes that were accounted for them, and why.
     Deleted {
         /// The keys.
         keys: Vec<ObjectKey>,
         /// Their sizes, one per key.
         sizes: Vec<u64>,
+        /// Why they went (one cause per event).
+        cause: DeleteCause,
     },
+}
+
+/// Why keys left an adapter: the cause a [`UsageEventKind::Deleted`] carries, so a policy
+/// can tell its own evictions (which ARC and SLRU remember as ghosts) from other removals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum DeleteCause {
+    /// An eviction round removed them ([`Evict`]).
+    Evicted,
+    /// A [`Delete`] removed them (a host's request).
+    Deleted,
+    /// Their objects failed their checksum (on a load, or [`Verify`] with `delete_corrupt`)
+    /// and were removed.
+    Corrupt,
+    /// A load found them gone from the store (removed behind the adapter's back).
+    Vanished,
+}
+
+impl DeleteCause {
+    /// The cause in snake case (`"evicted"`, `"deleted"`, `"corrupt"`, `"vanished"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DeleteCause::Evicted => "evicted",
+            DeleteCause::Deleted => "deleted",
+            DeleteCause::Corrupt => "corrupt",
+            DeleteCause::Vanished => "vanished",
+        }
+    }
 }
 
 /// Register another recipient of a backend's [`UsageEvent`]s.

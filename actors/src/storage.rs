@@ -10,9 +10,13 @@
 //! Work that takes time is returned as a pending [`Io`]. When it resolves, the actor applies its
 //! result on its own thread, and a storage that keeps state (a circuit breaker, a metadata
 //! cache, a credential signer) gets `&mut` access to itself at that moment through
-//! [`Io::then`] / [`Io::pending_then`]: that is the only way results flow back into a storage.
-//! There are no side channels, and no lock: the closure runs where the actor already holds the
-//! storage. Invariant: an [`Io`] is resolved against the storage that made it (a wrapper such
+//! [`Io::then`] / [`Io::pending_then`], running where the actor already holds the storage, so
+//! no lock. Request futures may also share state with their storage; each storage's module
+//! docs name exactly what: the `s3` storage's share a semaphore, one atomic (when the bucket
+//! was last seen), and on its direct path a channel on which a request whose credentials were
+//! refused hands fresh ones back (the storage reads it at its next batch); the `hfbucket`
+//! storage's worker jobs share none of its state (they return what they learnt with their
+//! results). Invariant: an [`Io`] is resolved against the storage that made it (a wrapper such
 //! as `fault_inject` projects with [`Io::within`]); resolving it against another storage panics.
 
 use std::any::Any;

@@ -52,18 +52,23 @@ impl ConfigArgs {
 
 /// Parses `4MiB`, `256K`, `1g`, `65536` (binary multiples).
 pub fn parse_size(s: &str) -> Option<usize> {
+    // bytesize parses the number and the unit; kvtier reads K, KB, M, MB, G, GB and T, TB as
+    // binary multiples (`4MB` = 4 MiB, as chunk sizes are meant), where bytesize reads them as
+    // decimal, so those are spelled as their binary units first.
     let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().ok()?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        _ => return None,
+    let unit = match unit.trim().to_ascii_lowercase().as_str() {
+        "k" | "kb" => "KiB",
+        "m" | "mb" => "MiB",
+        "g" | "gb" => "GiB",
+        "t" | "tb" => "TiB",
+        _ => unit.trim(),
     };
-    n.checked_mul(mult)
+    let bytes: bytesize::ByteSize = format!("{num}{unit}").parse().ok()?;
+    usize::try_from(bytes.as_u64()).ok()
 }
 
 /// Formats bytes with a binary unit.

@@ -18,7 +18,7 @@ use std::process::{Command, Stdio};
 use bytes::{Bytes, BytesMut};
 use kvtier::actors::backends::fault_inject::FaultInjectConfig;
 use kvtier::actors::backends::fs::{crc32c, FsChecksum, FsConfig, CRC_XATTR};
-use kvtier::actors::{TierEvent, UsageEventKind, Verdict, Verify};
+use kvtier::actors::{DeleteCause, TierEvent, UsageEventKind, Verdict, Verify};
 use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
 use support::{key, payload};
 
@@ -80,12 +80,13 @@ async fn load_one(tier: &Tier, k: &ObjectKey, len: usize) -> (bool, BytesMut) {
     (hits.get(0), bufs.pop().unwrap())
 }
 
-/// Waits for the usage event that deletes `k`.
+/// Waits for the usage event that deletes `k`, which says it was corrupt.
 async fn deleted(events: &flume::Receiver<TierEvent>, k: &ObjectKey) {
     loop {
         if let TierEvent::Usage(e) = events.recv_async().await.unwrap() {
-            if let UsageEventKind::Deleted { keys, .. } = e.kind {
+            if let UsageEventKind::Deleted { keys, cause, .. } = e.kind {
                 if keys.contains(k) {
+                    assert_eq!(cause, DeleteCause::Corrupt);
                     return;
                 }
             }

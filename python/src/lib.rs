@@ -36,7 +36,7 @@
 
 mod alloc;
 
-use std::os::fd::RawFd;
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::thread;
@@ -148,16 +148,22 @@ fn signal(fd: RawFd) {
     }
 }
 
-fn new_eventfd() -> PyResult<RawFd> {
-    // SAFETY: plain syscall; the result is checked.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(PyRuntimeError::new_err(format!(
-            "kvtier: eventfd failed: {}",
-            std::io::Error::last_os_error()
-        )));
+/// A new non-blocking eventfd, owned: dropping it closes it (rustix's safe wrapper).
+fn new_eventfd() -> PyResult<OwnedFd> {
+    use rustix::event::{eventfd, EventfdFlags};
+    eventfd(0, EventfdFlags::NONBLOCK | EventfdFlags::CLOEXEC)
+        .map_err(|e| PyRuntimeError::new_err(format!("kvtier: eventfd failed: {e}")))
+}
+
+/// Closes the eventfd a slot of [`Core`] owns, once: the slot holds the descriptor an
+/// [`OwnedFd`] gave up (`into_raw_fd`), and the swap takes it out for exactly one caller.
+fn close_slot(slot: &AtomicI32) {
+    let fd = slot.swap(-1, Ordering::SeqCst);
+    if fd >= 0 {
+        // SAFETY: `fd` came from `OwnedFd::into_raw_fd` and the swap above hands it to one
+        // caller only, so it is owned here and closed once, by the drop.
+        drop(unsafe { OwnedFd::from_raw_fd(fd) });
     }
-    Ok(fd)
 }
 
 /// Splits per-key optional entries into the valid ones and their positions.
@@ -483,7 +489,9 @@ impl Core {
         }
         let storage_kind = spec.kind();
         let config = TierConfig::with_adapters(vec![adapter]);
-        let fds = [new_eventfd()?, new_eventfd()?, new_eventfd()?];
+        // Owned until the runtime is up: an early return closes them.
+        let owned = [new_eventfd()?, new_eventfd()?, new_eventfd()?];
+        let fds = owned.each_ref().map(|f| f.as_raw_fd());
         let (store_tx, store_rx) = flume::unbounded();
         let (lookup_tx, lookup_rx) = flume::unbounded();
         let (load_tx, load_rx) = flume::unbounded();
@@ -517,14 +525,7 @@ impl Core {
                 });
                 let _ = stopped_tx.send(());
             });
-        let close_fds = || {
-            for fd in fds {
-                // SAFETY: our own eventfds, closed once.
-                unsafe { libc::close(fd) };
-            }
-        };
         if let Err(e) = spawned {
-            close_fds();
             return Err(PyRuntimeError::new_err(format!(
                 "kvtier: cannot start the runtime thread: {e}"
             )));
@@ -532,11 +533,9 @@ impl Core {
         let events = match py.detach(move || ready_rx.recv()) {
             Ok(Ok(events)) => events,
             Ok(Err(e)) => {
-                close_fds();
                 return Err(PyRuntimeError::new_err(format!("kvtier: {e}")));
             }
             Err(_) => {
-                close_fds();
                 return Err(PyRuntimeError::new_err(
                     "kvtier: the runtime thread stopped during start-up",
                 ));
@@ -552,7 +551,7 @@ impl Core {
             load_ready: PyDict::new(py).unbind(),
             events,
             stopped,
-            fds: fds.map(AtomicI32::new),
+            fds: owned.map(|f| AtomicI32::new(f.into_raw_fd())),
             closed: AtomicBool::new(false),
             next_task: AtomicU64::new(0),
             kind,
@@ -702,7 +701,7 @@ impl Core {
                     K::Accessed { keys } => {
                         ("accessed", keys.iter().map(key_tuple).collect(), Vec::new())
                     }
-                    K::Deleted { keys, sizes } => {
+                    K::Deleted { keys, sizes, .. } => {
                         ("deleted", keys.iter().map(key_tuple).collect(), sizes)
                     }
                 }
@@ -755,13 +754,8 @@ impl Core {
         py.detach(move || {
             let _ = stopped.recv();
         });
-        for fd in &self.fds {
-            let fd = fd.swap(-1, Ordering::SeqCst);
-            if fd >= 0 {
-                // SAFETY: our own eventfd; the runtime thread that wrote it has finished.
-                unsafe { libc::close(fd) };
-            }
-        }
+        // The runtime thread that wrote them has finished.
+        self.fds.iter().for_each(close_slot);
     }
 }
 
@@ -774,13 +768,8 @@ impl Drop for Core {
             let _ = self.cmds.send(Cmd::Close);
             let _ = self.stopped.recv();
         }
-        for fd in &self.fds {
-            let fd = fd.swap(-1, Ordering::SeqCst);
-            if fd >= 0 {
-                // SAFETY: our own eventfd; the runtime thread has finished.
-                unsafe { libc::close(fd) };
-            }
-        }
+        // The runtime thread has finished.
+        self.fds.iter().for_each(close_slot);
     }
 }
 

@@ -368,9 +368,10 @@ pub async fn events(fx: &impl Fixture) {
     tier.unlock(vec![key(1), key(2)]);
     tier.delete(vec![key(2)]).await.unwrap();
     match next_event(&rx).await {
-        UsageEventKind::Deleted { keys, sizes } => {
+        UsageEventKind::Deleted { keys, sizes, cause } => {
             assert_eq!(keys, vec![key(2)]);
             assert_eq!(sizes, vec![20]);
+            assert_eq!(cause, kvtier::actors::DeleteCause::Deleted);
         }
         other => panic!("expected Deleted, got {other:?}"),
     }

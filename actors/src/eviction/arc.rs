@@ -10,7 +10,8 @@
 //!   keys, not a fixed entry count), so `p` is in `[0, capacity]`;
 //! * a round takes from `T1` while its (virtual) size is `>= floor(p)`, else from `T2`, and
 //!   falls back to the other list when one runs out;
-//! * only keys a round offered enter the ghost lists when removed; a plain delete forgets them;
+//! * only keys removed by eviction (the `Deleted` event's cause is [`DeleteCause::Evicted`])
+//!   enter the ghost lists; any other removal forgets them;
 //! * ghost lists are trimmed so `|T1| + |B1| <= capacity` and everything `<= 2 × capacity`;
 //! * within a batch, keys are handled in reverse request order (the tail goes first).
 //!
@@ -19,8 +20,8 @@
 use lru::LruCache;
 
 use super::{global_round, EvictionPolicy, Pressure, SizeBook};
-use crate::key::{BuildDigestHasher, KeySet, ObjectKey};
-use crate::messages::EvictGroup;
+use crate::key::{BuildDigestHasher, ObjectKey};
+use crate::messages::{DeleteCause, EvictGroup};
 
 type List = LruCache<ObjectKey, (), BuildDigestHasher>;
 
@@ -34,8 +35,6 @@ pub struct Arc {
     t2: List,
     b1: List,
     b2: List,
-    /// Keys offered by a round and not yet removed or stored again.
-    pending: KeySet,
     /// Target size of `T1`.
     p: f64,
     /// Largest resident count seen.
@@ -49,7 +48,6 @@ impl Default for Arc {
             t2: list(),
             b1: list(),
             b2: list(),
-            pending: KeySet::default(),
             p: 0.0,
             capacity: 0,
         }
@@ -95,7 +93,6 @@ impl EvictionPolicy for Arc {
 
     fn on_stored(&mut self, keys: &[ObjectKey]) {
         for key in keys.iter().rev() {
-            self.pending.remove(key);
             if self.t1.pop(key).is_some() {
                 self.t2.put(key.clone(), ());
             } else if self.t2.contains(key) {
@@ -128,9 +125,9 @@ impl EvictionPolicy for Arc {
         }
     }
 
-    fn on_removed(&mut self, keys: &[ObjectKey]) {
+    fn on_removed(&mut self, keys: &[ObjectKey], cause: DeleteCause) {
         for key in keys {
-            if self.pending.remove(key) {
+            if cause == DeleteCause::Evicted {
                 if self.t1.pop(key).is_some() {
                     self.b1.put(key.clone(), ());
                 } else if self.t2.pop(key).is_some() {
@@ -175,11 +172,7 @@ impl EvictionPolicy for Arc {
         self.capacity = self.capacity.max(self.resident());
         self.p = self.p.min(self.capacity as f64);
         self.trim_ghosts();
-        let groups = global_round(self.victims(), self.len(), pressure, book);
-        for g in &groups {
-            self.pending.extend(g.candidates.iter().cloned());
-        }
-        groups
+        global_round(self.victims(), self.len(), pressure, book)
     }
 }
 
@@ -205,7 +198,7 @@ mod tests {
         };
         let g = p.plan(&pressure, book);
         let gone: Vec<ObjectKey> = g[0].candidates.iter().take(n).cloned().collect();
-        p.on_removed(&gone);
+        p.on_removed(&gone, DeleteCause::Evicted);
         gone
     }
 
@@ -240,7 +233,7 @@ mod tests {
     fn a_plain_delete_leaves_no_ghost() {
         let mut p = Arc::default();
         p.on_stored(&[key(0), key(1)]);
-        p.on_removed(&[key(0)]);
+        p.on_removed(&[key(0)], DeleteCause::Deleted);
         assert_eq!(p.list_sizes(), [1, 0, 0, 0]);
         p.on_stored(&[key(0)]);
         assert_eq!(p.list_sizes(), [2, 0, 0, 0], "back in T1, not T2");

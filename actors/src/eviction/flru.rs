@@ -95,7 +95,7 @@ use std::hash::{BuildHasher, Hash};
 
 use super::{global_round, EvictionPolicy, Pressure, SizeBook};
 use crate::key::{BuildDigestHasher, ObjectKey};
-use crate::messages::EvictGroup;
+use crate::messages::{DeleteCause, EvictGroup};
 
 /// The default bonus of one use beyond the first, in capacities of clock (see the module
 /// docs; `eviction.flru_bonus_per_use` changes it).
@@ -308,7 +308,7 @@ impl Entry {
 #[derive(Debug)]
 struct Ranking<K> {
     order: BTreeMap<(u64, u64), K>,
-    resident: HashMap<K, Entry, BuildDigestHasher>,
+    resident: HashMap<K, Entry, BuildDigestHasher<K>>,
     history: History,
     clock: u64,
 }
@@ -338,7 +338,7 @@ struct Touch {
     placement: Placement,
 }
 
-impl<K: Clone + Eq + Hash> Ranking<K> {
+impl<K: Clone + Eq + Hash + nohash_hasher::IsEnabled> Ranking<K> {
     /// One use of `key`: a tracked key gains a use, an untracked one brings its history's
     /// count. Returns whether the key was tracked (a hit).
     fn touch(&mut self, key: &K, t: Touch) -> bool {
@@ -633,7 +633,7 @@ impl EvictionPolicy for Flru {
         self.batch(keys, false);
     }
 
-    fn on_removed(&mut self, keys: &[ObjectKey]) {
+    fn on_removed(&mut self, keys: &[ObjectKey], _: DeleteCause) {
         let limit = (HISTORY_FACTOR * self.capacity).max(MIN_HISTORY);
         for key in keys {
             let d = self.hasher.hash_one(key);
@@ -734,7 +734,7 @@ mod tests {
         let mut p = Flru::default();
         p.on_stored(&[key(0), key(1)]);
         p.on_accessed(&[key(0)]);
-        p.on_removed(&[key(0)]);
+        p.on_removed(&[key(0)], DeleteCause::Evicted);
         assert_eq!(p.uses(&key(0)), None);
         assert_eq!(p.history().len(), 1);
         p.on_stored(&[key(0)]);
@@ -774,7 +774,7 @@ mod tests {
             p.on_stored(&missing);
             while p.len() > capacity {
                 let first = p.victims().next().cloned().unwrap();
-                p.on_removed(&[first]);
+                p.on_removed(&[first], DeleteCause::Evicted);
             }
         }
         hits
@@ -942,7 +942,7 @@ mod tests {
         let mut p = Flru::default();
         for i in 0..(3 * MIN_HISTORY as u32) {
             p.on_stored(&[key(i)]);
-            p.on_removed(&[key(i)]);
+            p.on_removed(&[key(i)], DeleteCause::Evicted);
         }
         assert!(p.history().len() <= 2 * MIN_HISTORY);
         assert!(p.history().len() >= MIN_HISTORY);

@@ -23,7 +23,7 @@ use lru::LruCache;
 
 use super::{ratio_group, EvictionPolicy, Pressure, SizeBook};
 use crate::key::{BuildDigestHasher, ObjectKey};
-use crate::messages::EvictGroup;
+use crate::messages::{DeleteCause, EvictGroup};
 
 type List = LruCache<ObjectKey, (), BuildDigestHasher>;
 
@@ -70,7 +70,7 @@ impl EvictionPolicy for IsolatedLru {
         }
     }
 
-    fn on_removed(&mut self, keys: &[ObjectKey]) {
+    fn on_removed(&mut self, keys: &[ObjectKey], _: DeleteCause) {
         for key in keys {
             let s = salt(key);
             if let Some(list) = self.per_salt.get_mut(s) {

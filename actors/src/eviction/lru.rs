@@ -11,6 +11,7 @@ use lru::LruCache;
 
 use super::EvictionPolicy;
 use crate::key::{BuildDigestHasher, ObjectKey};
+use crate::messages::DeleteCause;
 
 /// The LRU policy. It has no settings of its own: when and how much to evict is decided by the
 /// adapter's `eviction` table (`trigger_watermark`, `eviction_ratio`, `eviction_unit`), as in
@@ -44,7 +45,7 @@ impl EvictionPolicy for Lru {
         }
     }
 
-    fn on_removed(&mut self, keys: &[ObjectKey]) {
+    fn on_removed(&mut self, keys: &[ObjectKey], _: DeleteCause) {
         for key in keys {
             self.order.pop(key);
         }
@@ -78,7 +79,7 @@ mod tests {
             p.on_stored(&[key(i)]);
         }
         p.on_accessed(&[key(0)]);
-        p.on_removed(&[key(2)]);
+        p.on_removed(&[key(2)], DeleteCause::Evicted);
         assert_eq!(order(&p), vec![key(1), key(3), key(0)]);
         p.on_stored(&[key(1)]);
         assert_eq!(order(&p)[0], key(3));

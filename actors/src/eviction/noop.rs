@@ -2,7 +2,7 @@
 
 use super::{EvictionPolicy, Pressure, SizeBook};
 use crate::key::ObjectKey;
-use crate::messages::EvictGroup;
+use crate::messages::{DeleteCause, EvictGroup};
 
 /// The policy that never evicts. No settings.
 #[derive(Debug, Default)]
@@ -17,7 +17,7 @@ impl EvictionPolicy for Noop {
 
     fn on_accessed(&mut self, _: &[ObjectKey]) {}
 
-    fn on_removed(&mut self, _: &[ObjectKey]) {}
+    fn on_removed(&mut self, _: &[ObjectKey], _: DeleteCause) {}
 
     fn victims(&self) -> Box<dyn Iterator<Item = &ObjectKey> + '_> {
         Box::new(std::iter::empty())

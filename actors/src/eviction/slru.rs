@@ -8,7 +8,8 @@
 //! * `tail`: the last key of a stored batch, seen once: the first to go;
 //! * `probation`: other keys seen once (stored, not yet hit);
 //! * `protected`: keys hit again (a lookup hit or a second store), or stored again soon after
-//!   a round evicted them from probation (their name is kept in a bounded `ghost` list).
+//!   a round evicted them from probation (their name is kept in a bounded `ghost` list; the
+//!   `Deleted` event's cause, [`DeleteCause::Evicted`], tells an eviction from other removals).
 //!
 //! Victims: `tail` (least recent first), then `probation` while it holds more than
 //! [`PROBATION_SHARE`] of the resident keys (or `protected` is empty), then `protected`, each in
@@ -23,8 +24,8 @@
 use lru::LruCache;
 
 use super::{global_round, EvictionPolicy, Pressure, SizeBook};
-use crate::key::{BuildDigestHasher, KeySet, ObjectKey};
-use crate::messages::EvictGroup;
+use crate::key::{BuildDigestHasher, ObjectKey};
+use crate::messages::{DeleteCause, EvictGroup};
 
 type List = LruCache<ObjectKey, (), BuildDigestHasher>;
 
@@ -41,8 +42,6 @@ pub struct Slru {
     probation: List,
     protected: List,
     ghost: List,
-    /// Keys offered by a round (a removal of one of them from probation leaves a ghost).
-    pending: KeySet,
     capacity: usize,
 }
 
@@ -53,7 +52,6 @@ impl Default for Slru {
             probation: list(),
             protected: list(),
             ghost: list(),
-            pending: KeySet::default(),
             capacity: 0,
         }
     }
@@ -95,7 +93,6 @@ impl EvictionPolicy for Slru {
 
     fn on_stored(&mut self, keys: &[ObjectKey]) {
         for (i, key) in keys.iter().enumerate().rev() {
-            self.pending.remove(key);
             if self.touch(key) {
                 continue;
             }
@@ -116,12 +113,11 @@ impl EvictionPolicy for Slru {
         }
     }
 
-    fn on_removed(&mut self, keys: &[ObjectKey]) {
+    fn on_removed(&mut self, keys: &[ObjectKey], cause: DeleteCause) {
         for key in keys {
-            let offered = self.pending.remove(key);
             self.tail.pop(key);
             self.protected.pop(key);
-            if self.probation.pop(key).is_some() && offered {
+            if self.probation.pop(key).is_some() && cause == DeleteCause::Evicted {
                 self.ghost.put(key.clone(), ());
             } else {
                 self.ghost.pop(key);
@@ -154,11 +150,7 @@ impl EvictionPolicy for Slru {
     }
 
     fn plan(&mut self, pressure: &Pressure<'_>, book: &SizeBook) -> Vec<EvictGroup> {
-        let groups = global_round(self.victims(), self.len(), pressure, book);
-        for g in &groups {
-            self.pending.extend(g.candidates.iter().cloned());
-        }
-        groups
+        global_round(self.victims(), self.len(), pressure, book)
     }
 }
 
@@ -184,10 +176,23 @@ mod tests {
     fn a_ghost_comes_back_protected() {
         let mut p = Slru::default();
         p.on_stored(&[key(0), key(1), key(2)]);
-        p.pending.insert(key(1));
-        p.on_removed(&[key(1)]);
+        p.on_removed(&[key(1)], DeleteCause::Evicted);
         assert_eq!(p.segment_sizes(), [1, 1, 0, 1]);
         p.on_stored(&[key(1)]);
         assert_eq!(p.segment_sizes(), [1, 1, 1, 0]);
+    }
+
+    #[test]
+    fn a_plain_delete_leaves_no_ghost() {
+        let mut p = Slru::default();
+        p.on_stored(&[key(0), key(1), key(2)]);
+        p.on_removed(&[key(1)], DeleteCause::Deleted);
+        assert_eq!(p.segment_sizes(), [1, 1, 0, 0]);
+        p.on_stored(&[key(1)]);
+        assert_eq!(
+            p.segment_sizes(),
+            [1, 2, 0, 0],
+            "back in probation, not protected"
+        );
     }
 }

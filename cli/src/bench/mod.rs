@@ -511,16 +511,22 @@ struct Usage {
 
 impl Usage {
     fn now() -> Self {
-        // SAFETY: getrusage writes into the zeroed struct we pass and reads nothing else; on
-        // failure the struct stays zeroed, which is a valid value.
-        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
-        unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
-        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+        use nix::sys::resource::{getrusage, UsageWho};
+        let Ok(ru) = getrusage(UsageWho::RUSAGE_SELF) else {
+            return Self {
+                cpu_s: 0.0,
+                peak_rss_bytes: 0,
+                minor_faults: 0,
+                context_switches: 0,
+            };
+        };
+        let tv = |t: nix::sys::time::TimeVal| t.tv_sec() as f64 + t.tv_usec() as f64 / 1e6;
         Self {
-            cpu_s: tv(ru.ru_utime) + tv(ru.ru_stime),
-            peak_rss_bytes: ru.ru_maxrss.max(0) as u64 * 1024,
-            minor_faults: ru.ru_minflt.max(0) as u64,
-            context_switches: (ru.ru_nvcsw.max(0) + ru.ru_nivcsw.max(0)) as u64,
+            cpu_s: tv(ru.user_time()) + tv(ru.system_time()),
+            peak_rss_bytes: ru.max_rss().max(0) as u64 * 1024,
+            minor_faults: ru.minor_page_faults().max(0) as u64,
+            context_switches: (ru.voluntary_context_switches().max(0)
+                + ru.involuntary_context_switches().max(0)) as u64,
         }
     }
 }

@@ -127,7 +127,7 @@ fn run_policy(
                 resident[key_id(k)] = false;
                 used -= block;
             }
-            state.removed(&removed);
+            state.removed(&removed, kvtier::actors::DeleteCause::Evicted);
         }
         for k in &found {
             locked[key_id(k)] = false;

@@ -703,16 +703,32 @@ async fn read_capped(mut body: hyper::body::Incoming, cap: usize) -> Vec<u8> {
     out
 }
 
-/// The S3 `<Code>` and `<Message>` of an error body.
+/// The S3 `<Code>` and `<Message>` of an error body (`<Error><Code>…</Code><Message>…`), read
+/// with aws-smithy-xml, the SDK's own XML decoder (already in the tree through aws-sdk-s3), so
+/// entities (`&amp;`) are decoded and a tag in a comment or CDATA is not taken for the field. A
+/// body cut at [`ERROR_BODY_MAX`] or malformed past a field still gives the fields before it.
 fn error_code(body: &[u8]) -> (Option<String>, Option<String>) {
+    use aws_smithy_xml::decode::{try_data, Document};
+    let (mut code, mut message) = (None, None);
     let text = String::from_utf8_lossy(body);
-    let tag = |name: &str| {
-        let open = format!("<{name}>");
-        let start = text.find(&open)? + open.len();
-        let end = text[start..].find('<')? + start;
-        Some(text[start..end].to_owned())
+    let mut doc = Document::new(&text);
+    let Ok(mut root) = doc.root_element() else {
+        return (code, message);
     };
-    (tag("Code"), tag("Message"))
+    while let Some(mut tag) = root.next_tag() {
+        let slot = match tag.start_el().local() {
+            "Code" => &mut code,
+            "Message" => &mut message,
+            _ => continue,
+        };
+        if let Ok(v) = try_data(&mut tag) {
+            slot.get_or_insert_with(|| v.into_owned());
+        }
+        if code.is_some() && message.is_some() {
+            break;
+        }
+    }
+    (code, message)
 }
 
 /// The server's clock minus ours, in milliseconds, from a response's `Date` header.
@@ -790,6 +806,29 @@ mod tests {
     fn object_names_are_encoded_once_keeping_slashes() {
         let got: String = utf8_percent_encode("p/m@1@0@abc def+%", KEY_ENCODE).collect();
         assert_eq!(got, "p/m%401%400%40abc%20def%2B%25");
+    }
+
+    #[test]
+    fn error_code_reads_code_and_message() {
+        let full = br#"<?xml version="1.0" encoding="UTF-8"?>
+<Error><Code>SlowDown</Code><Message>Please &amp; reduce</Message><RequestId>1</RequestId></Error>"#;
+        assert_eq!(
+            error_code(full),
+            (Some("SlowDown".into()), Some("Please & reduce".into()))
+        );
+        // Cut short (a body read up to ERROR_BODY_MAX): the fields read so far.
+        assert_eq!(
+            error_code(b"<Error><Code>NoSuchBucket</Code><Message>The spec"),
+            (Some("NoSuchBucket".into()), Some("The spec".into()))
+        );
+        assert_eq!(
+            error_code(b"<Error><Code>SlowDown</Code></Error>")
+                .0
+                .as_deref(),
+            Some("SlowDown")
+        );
+        assert_eq!(error_code(b"not xml"), (None, None));
+        assert_eq!(error_code(b""), (None, None));
     }
 
     #[test]

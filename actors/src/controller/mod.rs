@@ -13,6 +13,8 @@
 //! [`TierEvent::Completed`] notice, so no listener can take another's result (see
 //! [`crate::task_results`] for the bound on unclaimed results).
 
+mod messages;
+
 use actix::prelude::*;
 use futures_util::future::join_all;
 
@@ -22,6 +24,7 @@ use crate::key::{KeyMap, ObjectKey};
 use crate::messages::*;
 use crate::storage::{BackendError, ErrorKind};
 use crate::task_results::TaskResults;
+pub use messages::*;
 
 /// One running backend actor, whatever its storage: its address and identity.
 #[derive(Clone)]
@@ -51,68 +54,6 @@ impl AdapterHandle {
         )
     }
 }
-
-/// Identifies an operation sent with [`Submit`].
-pub type TaskId = u64;
-
-/// An operation for [`Submit`].
-#[derive(Debug)]
-pub enum Op {
-    /// A [`Store`].
-    Store(Store),
-    /// A [`LookupAndLock`].
-    LookupAndLock(LookupAndLock),
-    /// A [`Load`].
-    Load(Load),
-    /// A [`Delete`].
-    Delete(Delete),
-}
-
-/// The result of a submitted operation.
-#[derive(Debug)]
-pub enum OpResult {
-    /// Of a store.
-    Store(StoreReport),
-    /// Of a lookup.
-    LookupAndLock(Bitmap),
-    /// Of a load.
-    Load(LoadReport),
-    /// Of a delete.
-    Delete(DeleteReport),
-    /// The controller went away before answering.
-    Failed(String),
-}
-
-/// What a host's event channel receives. Every channel receives every event.
-#[derive(Debug, Clone)]
-pub enum TierEvent {
-    /// A backend's usage event.
-    Usage(UsageEvent),
-    /// A submitted operation finished: its result waits for [`TakeResult`]`(task)`.
-    Completed {
-        /// The id [`Submit`] replied with.
-        task: TaskId,
-    },
-}
-
-/// Start an operation without waiting for it: the reply is a [`TaskId`] at once. When the
-/// operation finishes, its result is kept for [`TakeResult`] and every subscribed channel gets
-/// [`TierEvent::Completed`] with the task id.
-#[derive(Debug, Message)]
-#[rtype(result = "TaskId")]
-pub struct Submit(pub Op);
-
-/// Take the result of a [`Submit`]ted operation: `Some` exactly once, after it finished;
-/// `None` before that, after it was taken, for an unknown id, or when it was dropped unclaimed
-/// (see [`crate::task_results`]).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "Option<OpResult>")]
-pub struct TakeResult(pub TaskId);
-
-/// Subscribe a channel to usage events and completions.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct SubscribeEvents(pub flume::Sender<TierEvent>);
 
 /// The controller actor. See the module docs.
 pub struct Controller {
@@ -528,11 +469,6 @@ impl Handler<SubscribeEvents> for Controller {
         self.listeners.push(msg.0);
     }
 }
-
-/// Stop the controller (sent by `Tier::shutdown`).
-#[derive(Debug, Clone, Copy, Message)]
-#[rtype(result = "()")]
-pub struct StopController;
 
 impl Handler<StopController> for Controller {
     type Result = ();
