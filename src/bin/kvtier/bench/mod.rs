@@ -69,7 +69,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub stream: bool,
     /// Which client moves the bytes: the full kvtier pipeline, or (with an `s3` adapter) only
-    /// the raw aws-sdk-s3 loop, for `bench/compare.sh`.
+    /// the raw aws-sdk-s3 loop, for `scripts/compare/compare.sh`.
     #[arg(long, value_enum, default_value_t = BenchClient::Pipeline)]
     pub client: BenchClient,
     /// Skip the raw aws-sdk-s3 baseline that follows the pipeline with an `s3` adapter.
