@@ -73,7 +73,7 @@ pub enum EvictionPolicy {
     /// adapts to ghost hits.
     #[serde(rename = "ARC")]
     Arc,
-    /// LMCache's per-cache-salt LRU driven by byte quotas (`quotas`); see the README.
+    /// LMCache's per-cache-salt LRU driven by byte quotas (`quotas`); see docs/configuration.md.
     #[serde(rename = "IsolatedLRU")]
     IsolatedLru,
     /// kvtier's segmented LRU with ghost admission and a fuller tier (not an LMCache name).
@@ -180,7 +180,7 @@ impl<'de> Deserialize<'de> for Quotas {
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
 /// unit `keys` (LMCache's defaults); `SLRU` defaults to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
 /// `FLRU` to [`FLRU_WATERMARK`], [`FLRU_RATIO`], both with unit `bytes` (a fuller tier, see the
-/// README).
+/// docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]

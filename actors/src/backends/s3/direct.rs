@@ -912,7 +912,7 @@ mod tests {
         uri.split('?').next().unwrap().parse().unwrap()
     }
 
-    /// For every `s3_endpoint` form the README lists (and each addressing style), the direct
+    /// For every `s3_endpoint` form docs/configuration.md lists (and each addressing style), the direct
     /// path's URL and host are the SDK's: its endpoint resolver gives the same endpoint, and
     /// the request its client would send has the same URL and authority (the `Host` header).
     #[test]

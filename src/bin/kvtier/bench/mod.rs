@@ -86,7 +86,7 @@ pub struct BenchArgs {
     pub host_arena: bool,
     /// Replay a request trace (JSON lines with `hash_ids`, as the Mooncake traces) instead of
     /// the phases: per request, lookup-and-lock the block chain, load the longest prefix found,
-    /// store the missing blocks, unlock. See README "Trace replay".
+    /// store the missing blocks, unlock. See docs/cli.md, "Trace replay".
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// With `--trace`: bytes per block (required for a replay; the simulation ignores sizes).
