@@ -1,5 +1,5 @@
 #!/bin/sh
-# The cost of s3_checksum (BENCHMARKS.md, "Integrity checks on loads"): 3 alternating rounds of
+# The cost of s3_checksum (docs/benchmarks.md, "Integrity checks on loads"): 3 alternating rounds of
 # three variants of the adapter in $KVTIER_S3_ADAPTER, one `kvtier bench` each, with the client's
 # CPU time. Run it through scripts/garage-local.sh:
 #   scripts/garage-local.sh scripts/compare/s3-checksum-bench.sh

@@ -3,7 +3,7 @@
 //! SDK's per-request orchestration (config layering, interceptors, endpoint rules, identity
 //! resolution, retry bookkeeping).
 //!
-//! At 256 KiB objects that orchestration was most of the client's CPU per request (BENCHMARKS.md).
+//! At 256 KiB objects that orchestration was most of the client's CPU per request (docs/benchmarks.md).
 //! Everything else (listing, deletes, S3 Express sessions, the credential chain) stays on the
 //! SDK; see [`super::DataPath`] for when this path is used.
 //!
