@@ -10,7 +10,7 @@
 //! against the ledger, because the events are the ledger's changes in order.
 //!
 //! A round is planned by the policy ([`EvictionPolicy::plan`]); the global policies (`LRU`,
-//! `ARC`, `SLRU`, `FLRU`) follow LMCache's watermark rule: when usage reaches
+//! `ARC`, `FLRU`) follow LMCache's watermark rule: when usage reaches
 //! `trigger_watermark × capacity`, remove `floor(n × eviction_ratio)` keys (at least 1 when the
 //! ratio is > 0), or with `eviction_unit = "bytes"` keys until `ceil(used × ratio)` bytes are
 //! freed. `IsolatedLRU` plans one budget per cache salt over its quota. The backend skips
@@ -29,7 +29,6 @@ pub mod flru;
 pub mod isolated_lru;
 pub mod lru;
 pub mod noop;
-pub mod slru;
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -58,7 +57,7 @@ pub const EXTRA_CANDIDATES: usize = 1024;
 /// `on_removed`; `victims` names only tracked keys, each once, first victim first; `len` is
 /// the number of tracked keys. Unknown keys given to `on_accessed` or `on_removed` are ignored.
 pub trait EvictionPolicy: Send + 'static {
-    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `SLRU`, `FLRU`, `noop`).
+    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `FLRU`, `noop`).
     fn name(&self) -> &'static str;
     /// Keys were written (or re-written), in request order. Their sizes are in the book.
     fn on_stored(&mut self, keys: &[ObjectKey]);
@@ -107,7 +106,7 @@ impl Pressure<'_> {
 /// With `eviction_unit = "bytes"` a round also catches up: when stores outran eviction and the
 /// usage is past the watermark, it frees at least down to where a round started exactly at the
 /// watermark would end (`watermark × capacity × (1 − ratio)`). Without that, small rounds (the
-/// 2 % of `SLRU` and `FLRU`) fall behind a fast writer, one round per store batch, and the tier
+/// 0.5 % of `FLRU`) fall behind a fast writer, one round per store batch, and the tier
 /// grows past its capacity. The `keys` unit keeps LMCache's rule exactly.
 pub fn global_round<'a>(
     victims: impl Iterator<Item = &'a ObjectKey>,
@@ -252,13 +251,10 @@ pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
         PolicyName::Lru => Box::new(lru::Lru::default()),
         PolicyName::Arc => Box::new(arc::Arc::default()),
         PolicyName::IsolatedLru => Box::new(isolated_lru::IsolatedLru::default()),
-        PolicyName::Slru => Box::new(slru::Slru::default()),
         PolicyName::Flru => Box::new(flru::Flru::new(
             config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
             match config.flru_admission.unwrap_or_default() {
                 FlruAdmission::Adaptive => &flru::MODES,
-                FlruAdmission::Placements => &flru::PLACEMENT_MODES,
-                FlruAdmission::Lru => &flru::MODES[..1],
                 FlruAdmission::Rates => &flru::RATE_LOW_MODE,
             },
         )),

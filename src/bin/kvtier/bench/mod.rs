@@ -1138,7 +1138,7 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
             a.common.capacity_bytes() > 0
                 && a.common.eviction.as_ref().is_some_and(|e| {
                     use kvtier_actors::config::EvictionPolicy as P;
-                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Slru | P::Flru)
+                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Flru)
                 })
         })
         .map(|a| {
