@@ -75,8 +75,8 @@
 //!
 //! The bonus ([`BONUS_PER_USE`] by default, `eviction.flru_bonus_per_use`) trades the two
 //! kinds of workload: larger keeps more of the popular chunks of Mooncake's traces, smaller
-//! suits chunks that are used a fixed few times (docs/benchmarks.md, "Eviction policies"). Its defaults
-//! (`trigger_watermark` [`crate::config::FLRU_WATERMARK`], `eviction_ratio`
+//! suits chunks that are used a fixed few times (docs/benchmarks.md, "Eviction policies"). Its
+//! defaults (`trigger_watermark` [`crate::config::FLRU_WATERMARK`], `eviction_ratio`
 //! [`crate::config::FLRU_RATIO`] of the bytes) keep the tier full.
 //!
 //! Invariants: in every ranking (the tier's and each shadow's), every tracked key is in `order`
