@@ -3,7 +3,7 @@
 //!
 //! Run: `cargo bench --bench controller`. Goal: >= 1,000,000 keys/s on a 2-core machine.
 //! A second group times the same 256 lookups against a plain `HashMap` in one thread, the
-//! baseline the ratio in BENCHMARKS.md is taken against.
+//! baseline docs/benchmarks.md compares with.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -42,7 +42,7 @@ fn lookup_unlock(c: &mut Criterion) {
     g.throughput(Throughput::Elements(BATCH as u64));
     g.measurement_time(Duration::from_secs(5));
     // Metrics on is the default; "metrics off" is `metrics = false` (the overhead figure of
-    // BENCHMARKS.md is the ratio of the two).
+    // docs/benchmarks.md is the ratio of the two).
     for (label, metrics) in [("", true), (" (metrics off)", false)] {
         let tier = tier(&sys, metrics);
         g.bench_function(

@@ -1,7 +1,7 @@
 //! How much Xet's xorb compression schemes shrink KV-cache-like data, and what they cost.
 //!
-//! The `hfbucket` adapter's `xet_compression` default rests on these figures (BENCHMARKS.md,
-//! issue 16). Each data kind is cut into 64 KiB pieces (Xet's average chunk size) and every
+//! The `hfbucket` adapter's `xet_compression` default rests on these figures (docs/benchmarks.md,
+//! "hfbucket"). Each data kind is cut into 64 KiB pieces (Xet's average chunk size) and every
 //! piece is compressed as Xet does when it serializes a xorb: a chunk whose compressed form is
 //! not smaller is stored raw, and `auto` picks `lz4` or `bg4-lz4` from the first chunk of every
 //! 32. Single-threaded; the time is this thread's wall time over the compression calls only.

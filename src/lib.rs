@@ -43,6 +43,13 @@
 #[cfg(doctest)]
 pub struct ReadmeDoctests;
 
+/// `docs/architecture.md`'s Rust examples (the host API), compiled by `cargo test --doc` like
+/// the README's. Every file in `docs/` with a Rust block gets such an item; the others mark
+/// their blocks `text`, `sh`, `toml`, `json`, `python` or `yaml`.
+#[doc = include_str!("../docs/architecture.md")]
+#[cfg(doctest)]
+pub struct ArchitectureDoctests;
+
 pub mod config;
 pub mod logging;
 pub mod tier;

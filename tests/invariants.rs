@@ -2,8 +2,8 @@
 //! wrapping `memory` with nonzero error rates, `s3` on a Garage server and `hfbucket` on the Hub
 //! emulator (both started by the test; fewer operations, as each one is a network round trip),
 //! with the `LRU` policy; and against `memory` with
-//! every other policy that evicts (`ARC`, `SLRU` and `FLRU` with byte budgets, `FLRU` in each
-//! of its `flru_admission` modes, `IsolatedLRU` with quotas), so the lock invariant holds
+//! every other policy that evicts (`ARC` and `FLRU` with byte budgets, `FLRU` in each of its
+//! `flru_admission` modes, `IsolatedLRU` with quotas), so the lock invariant holds
 //! whatever a policy offers.
 //!
 //! Each case starts a real [`Tier`] (controller, backend actor, eviction actor) with a small
@@ -276,9 +276,7 @@ fn adapter(
         built.trigger_watermark = WATERMARK;
         built.eviction_ratio = 0.3;
         built.eviction_unit = match policy {
-            EvictionPolicy::Arc | EvictionPolicy::Slru | EvictionPolicy::Flru => {
-                EvictionUnit::Bytes
-            }
+            EvictionPolicy::Arc | EvictionPolicy::Flru => EvictionUnit::Bytes,
             _ => EvictionUnit::Keys,
         };
         built.flru_admission = admission;
@@ -666,26 +664,18 @@ fn invariants_memory_arc() {
 }
 
 #[test]
-fn invariants_memory_slru() {
-    check(Backend::Memory, (EvictionPolicy::Slru, None));
-}
-
-#[test]
 fn invariants_memory_flru() {
     check(Backend::Memory, (EvictionPolicy::Flru, None));
 }
 
-/// `FLRU` with each admission that is not the default: `rates` orders by a score recomputed
-/// between rounds, `lru` and `placements` rank without it.
+/// `FLRU` with the admission that is not the default: `rates` orders by a score recomputed
+/// between rounds.
 #[test]
 fn invariants_memory_flru_fixed_modes() {
-    for admission in [
-        FlruAdmission::Rates,
-        FlruAdmission::Lru,
-        FlruAdmission::Placements,
-    ] {
-        check(Backend::Memory, (EvictionPolicy::Flru, Some(admission)));
-    }
+    check(
+        Backend::Memory,
+        (EvictionPolicy::Flru, Some(FlruAdmission::Rates)),
+    );
 }
 
 #[test]
@@ -699,7 +689,6 @@ fn every_policy_is_covered() {
     let covered = [
         EvictionPolicy::Lru,
         EvictionPolicy::Arc,
-        EvictionPolicy::Slru,
         EvictionPolicy::Flru,
         EvictionPolicy::IsolatedLru,
         EvictionPolicy::Noop,

@@ -13,7 +13,7 @@
 //!   object written in phase a is still there, byte for byte.
 //! - **d. accounting**: usage equals what a plain S3 client lists in the bucket.
 //!
-//! Figures are printed with `eprintln!` (run with `--nocapture` to see them); RELIABILITY.md
+//! Figures are printed with `eprintln!` (run with `--nocapture` to see them); docs/reliability.md
 //! records them. The only timing assertions are hang bounds, not performance targets.
 
 use kvtier_testkit as support;

@@ -1,7 +1,7 @@
 //! A bounded soak of the whole runtime against a single-node Garage: mixed store, lookup,
 //! load, unlock and delete at full speed, with a capacity small enough that LRU eviction runs
 //! all the time. It ends by itself after `KVTIER_SOAK_SECS` seconds (default 60, so CI stays
-//! short; RELIABILITY.md records a 600 s run).
+//! short; docs/reliability.md records a 600 s run).
 //!
 //! Every 10 s it prints one row: operations and bytes per second, usage, keys evicted, RSS and
 //! open file descriptors (`/proc/self/fd`). At the end it prints peak RSS (`VmHWM`) and the

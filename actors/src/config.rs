@@ -84,12 +84,9 @@ pub enum EvictionPolicy {
     /// adapts to ghost hits.
     #[serde(rename = "ARC")]
     Arc,
-    /// LMCache's per-cache-salt LRU driven by byte quotas (`quotas`); see the README.
+    /// LMCache's per-cache-salt LRU driven by byte quotas (`quotas`); see docs/configuration.md.
     #[serde(rename = "IsolatedLRU")]
     IsolatedLru,
-    /// kvtier's segmented LRU with ghost admission and a fuller tier (not an LMCache name).
-    #[serde(rename = "SLRU")]
-    Slru,
     /// kvtier's frequency-boosted LRU with a use history that outlives eviction, and a fuller
     /// tier (not an LMCache name).
     #[serde(rename = "FLRU")]
@@ -101,22 +98,20 @@ pub enum EvictionPolicy {
 
 impl EvictionPolicy {
     /// Every policy, in the order reports list them.
-    pub const ALL: [EvictionPolicy; 6] = [
+    pub const ALL: [EvictionPolicy; 5] = [
         EvictionPolicy::Lru,
         EvictionPolicy::Arc,
         EvictionPolicy::IsolatedLru,
-        EvictionPolicy::Slru,
         EvictionPolicy::Flru,
         EvictionPolicy::Noop,
     ];
 
-    /// The configured name (`"LRU"`, `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"FLRU"`, `"noop"`).
+    /// The configured name (`"LRU"`, `"ARC"`, `"IsolatedLRU"`, `"FLRU"`, `"noop"`).
     pub fn as_str(self) -> &'static str {
         match self {
             EvictionPolicy::Lru => "LRU",
             EvictionPolicy::Arc => "ARC",
             EvictionPolicy::IsolatedLru => "IsolatedLRU",
-            EvictionPolicy::Slru => "SLRU",
             EvictionPolicy::Flru => "FLRU",
             EvictionPolicy::Noop => "noop",
         }
@@ -189,24 +184,24 @@ impl<'de> Deserialize<'de> for Quotas {
 /// The optional `eviction` table of an adapter.
 ///
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
-/// unit `keys` (LMCache's defaults); `SLRU` defaults to [`SLRU_WATERMARK`], [`SLRU_RATIO`] and
-/// `FLRU` to [`FLRU_WATERMARK`], [`FLRU_RATIO`], both with unit `bytes` (a fuller tier, see the
-/// README).
+/// unit `keys` (LMCache's defaults); `FLRU` defaults to [`FLRU_WATERMARK`], [`FLRU_RATIO`] and
+/// unit `bytes` (a fuller tier, see the
+/// docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]
 pub struct EvictionConfig {
-    /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"SLRU"`, `"FLRU"` or `"noop"`.
+    /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"FLRU"` or `"noop"`.
     pub eviction_policy: EvictionPolicy,
-    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`SLRU`:
-    /// [`SLRU_WATERMARK`], `FLRU`: [`FLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each
+    /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`FLRU`:
+    /// [`FLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each
     /// salt's quota.
     pub trigger_watermark: f64,
     /// Share of the adapter's keys (or bytes, see `eviction_unit`) evicted per round; in
-    /// [0, 1]. Default 0.2 (`SLRU`: [`SLRU_RATIO`], `FLRU`: [`FLRU_RATIO`]). Any ratio > 0 evicts
+    /// [0, 1]. Default 0.2 (`FLRU`: [`FLRU_RATIO`]). Any ratio > 0 evicts
     /// at least one key.
     pub eviction_ratio: f64,
-    /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `SLRU` and `FLRU`): what
+    /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `FLRU`): what
     /// `eviction_ratio` is a share of.
     pub eviction_unit: EvictionUnit,
     /// `IsolatedLRU` only: byte quota per cache salt. Salts without an entry have a limit of 0
@@ -234,14 +229,10 @@ pub enum FlruAdmission {
     /// estimated request rates. The default.
     #[default]
     Adaptive,
-    /// The shadows choose between the three placements only (the default before rates).
-    Placements,
-    /// Every new key is placed as LRU places it (FLRU before shadows).
-    Lru,
     /// No shadows: the tier is always ordered by estimated request rates with the low credit
     /// for new keys. For workloads where new chunks seldom return and the shadows' margin keeps
     /// the adaptive mode in LRU placement (Mooncake's synthetic trace at 5 %); far below LRU
-    /// where every chunk comes back once (BENCHMARKS.md, "A fixed rate mode").
+    /// where every chunk comes back once (docs/benchmarks.md, "Eviction policies").
     Rates,
 }
 
@@ -249,12 +240,8 @@ pub enum FlruAdmission {
 /// whole history many times over.
 pub const MAX_FLRU_BONUS: f64 = 16.0;
 
-/// `SLRU`'s default `trigger_watermark`: the tier runs nearly full.
-pub const SLRU_WATERMARK: f64 = 0.98;
-/// `SLRU`'s default `eviction_ratio` (of the used bytes): small rounds, so the tier stays full.
-pub const SLRU_RATIO: f64 = 0.02;
-/// `FLRU`'s default `trigger_watermark`: the tier runs full (BENCHMARKS.md, "Admission by
-/// shadow tiers", has the sweep).
+/// `FLRU`'s default `trigger_watermark`: the tier runs full (docs/benchmarks.md,
+/// "Eviction policies", says where the sweep is).
 pub const FLRU_WATERMARK: f64 = 0.995;
 /// `FLRU`'s default `eviction_ratio` (of the used bytes): rounds of 0.5 %.
 pub const FLRU_RATIO: f64 = 0.005;
@@ -407,20 +394,13 @@ impl EvictionConfig {
     /// A configuration of this policy with the other fields at the policy's defaults.
     pub fn with_policy(policy: EvictionPolicy) -> Self {
         match policy {
-            EvictionPolicy::Slru | EvictionPolicy::Flru => {
-                let (trigger_watermark, eviction_ratio) = if policy == EvictionPolicy::Slru {
-                    (SLRU_WATERMARK, SLRU_RATIO)
-                } else {
-                    (FLRU_WATERMARK, FLRU_RATIO)
-                };
-                Self {
-                    eviction_policy: policy,
-                    trigger_watermark,
-                    eviction_ratio,
-                    eviction_unit: EvictionUnit::Bytes,
-                    ..Self::default()
-                }
-            }
+            EvictionPolicy::Flru => Self {
+                eviction_policy: policy,
+                trigger_watermark: FLRU_WATERMARK,
+                eviction_ratio: FLRU_RATIO,
+                eviction_unit: EvictionUnit::Bytes,
+                ..Self::default()
+            },
             _ => Self {
                 eviction_policy: policy,
                 ..Self::default()
@@ -599,11 +579,6 @@ mod tests {
         assert_eq!(a.quotas.get("user-a"), Some(1024));
         assert!(a.validate().is_ok());
         assert_eq!((a.trigger_watermark, a.eviction_ratio), (0.8, 0.2));
-        let s: EvictionConfig = serde_json::from_str(r#"{"eviction_policy": "SLRU"}"#).unwrap();
-        assert_eq!(
-            (s.trigger_watermark, s.eviction_ratio, s.eviction_unit),
-            (SLRU_WATERMARK, SLRU_RATIO, EvictionUnit::Bytes)
-        );
         let l: EvictionConfig =
             serde_json::from_str(r#"{"eviction_policy": "LRU", "quotas": {"a": 1}}"#).unwrap();
         assert_eq!(l.validate().unwrap_err().field, "eviction.quotas");
@@ -650,8 +625,6 @@ mod tests {
             (FLRU_WATERMARK, FLRU_RATIO, EvictionUnit::Bytes)
         );
         for (text, want) in [
-            ("lru", FlruAdmission::Lru),
-            ("placements", FlruAdmission::Placements),
             ("adaptive", FlruAdmission::Adaptive),
             ("rates", FlruAdmission::Rates),
         ] {
@@ -662,8 +635,11 @@ mod tests {
             assert_eq!(c.flru_admission, Some(want));
             c.validate().unwrap();
         }
-        assert!(parse(r#"{"eviction_policy": "FLRU", "flru_admission": "all"}"#).is_err());
-        let e = parse(r#"{"eviction_policy": "SLRU", "flru_admission": "lru"}"#)
+        for gone in ["all", "lru", "placements"] {
+            let text = format!(r#"{{"eviction_policy": "FLRU", "flru_admission": "{gone}"}}"#);
+            assert!(parse(&text).is_err(), "{gone}");
+        }
+        let e = parse(r#"{"eviction_policy": "ARC", "flru_admission": "rates"}"#)
             .unwrap()
             .validate()
             .unwrap_err();

@@ -497,7 +497,7 @@ pub enum UsageEventKind {
 }
 
 /// Why keys left an adapter: the cause a [`UsageEventKind::Deleted`] carries, so a policy
-/// can tell its own evictions (which ARC and SLRU remember as ghosts) from other removals.
+/// can tell its own evictions (which ARC remembers as ghosts) from other removals.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
 #[non_exhaustive]

@@ -16,7 +16,7 @@
 //!   [`AdapterMetrics::set_salt_usage`] keeps at most [`MAX_SALT_SERIES`] salts (the largest by
 //!   bytes) and sums the rest into `cache_salt="_other"`; salts that leave the top are removed.
 //! * **Names are pinned** by a unit test (`metrics_names` in this file); LMCache MP's
-//!   equivalents are listed in the README. A labelled family shows in the exposition once it
+//!   equivalents are listed in docs/metrics.md. A labelled family shows in the exposition once it
 //!   has a series (a failure kind that never happened has none).
 //! * No secret ever becomes a label: labels are indexes, type names, host-chosen names,
 //!   vocabulary words and cache salts (which LMCache puts in object names anyway).

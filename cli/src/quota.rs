@@ -5,7 +5,7 @@
 //! strict configuration parser before anything is written (a quota on a policy other than
 //! `IsolatedLRU` is refused with that parser's error), and the file is replaced atomically
 //! (a temporary file in the same directory, then a rename). A running tier does not read the
-//! file again: it takes quota changes through the `SetQuota` message (see the README).
+//! file again: it takes quota changes through the `SetQuota` message (see docs/configuration.md, `IsolatedLRU`).
 
 use std::path::{Path, PathBuf};
 

@@ -269,19 +269,11 @@ fn simulate_rows_and_the_configured_policy() {
     let names: Vec<&str> = rows.iter().map(|r| r["policy"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        [
-            "LRU",
-            "ARC",
-            "IsolatedLRU",
-            "SLRU",
-            "FLRU",
-            "noop",
-            "Belady"
-        ]
+        ["LRU", "ARC", "IsolatedLRU", "FLRU", "noop", "Belady"]
     );
     let belady = ratio(&rows, "Belady");
     assert!(belady <= ratio(&rows, "noop") + 1e-9);
-    for p in ["LRU", "ARC", "SLRU", "FLRU"] {
+    for p in ["LRU", "ARC", "FLRU"] {
         assert!(ratio(&rows, p) <= belady + 1e-9, "{p}: {rows:?}");
     }
     assert!(ratio(&rows, "LRU") > 0.0, "{rows:?}");

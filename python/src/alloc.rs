@@ -4,8 +4,8 @@
 //! Why: a Xet store commit serializes its xorb into a fresh 64 MiB buffer. glibc's `malloc`
 //! maps and unmaps every block above its 32 MiB mmap threshold, and jemalloc by default purges
 //! freed blocks of 8 MiB and more at once, so either way each commit page-faults a new buffer
-//! in: about one fault per 4 KiB stored, a quarter of a store's CPU (BENCHMARKS.md, "jemalloc
-//! in the module"). With `dirty_decay_ms:-1,muzzy_decay_ms:-1` jemalloc keeps freed pages and
+//! in: about one fault per 4 KiB stored, a quarter of a store's CPU (docs/benchmarks.md,
+//! "hfbucket"). With `dirty_decay_ms:-1,muzzy_decay_ms:-1` jemalloc keeps freed pages and
 //! hands them to the next commit.
 //!
 //! # Invariants

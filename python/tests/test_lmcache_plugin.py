@@ -547,8 +547,8 @@ def test_interop_with_lmcache_hfbucket(make_adapter, hub, monkeypatch, tmp_path)
 def test_hfbucket_stores_reuse_freed_memory(make_adapter, hub):
     # Each Xet commit serializes its xorb into a fresh 64 MiB buffer. With the module's jemalloc
     # keeping freed pages (python/src/alloc.rs), later stores reuse them; with glibc's malloc
-    # or jemalloc's defaults, every 4 KiB stored is a page fault (BENCHMARKS.md, "jemalloc in
-    # the module"). Run with _RJEM_MALLOC_CONF=dirty_decay_ms:10000,muzzy_decay_ms:0 to see
+    # or jemalloc's defaults, every 4 KiB stored is a page fault (docs/benchmarks.md,
+    # "hfbucket"). Run with _RJEM_MALLOC_CONF=dirty_decay_ms:10000,muzzy_decay_ms:0 to see
     # this fail.
     import resource
 

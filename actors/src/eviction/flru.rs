@@ -46,16 +46,15 @@
 //! [`SHADOW_SAMPLE`]) in a tier of one sixteenth of the capacity, and counts its hits with a
 //! decay of [`SHADOW_HORIZON`] shadow capacities; the tier runs in LRU placement unless another
 //! shadow has [`SHADOW_MARGIN`] more recent hits than the LRU one, and then in the mode of the
-//! best shadow. `eviction.flru_admission = "placements"` compares the three placements only
-//! (the policy before rates), `"lru"` turns shadows off, and `"rates"` ([`RATE_LOW_MODE`])
-//! keeps the low-prior rate order without shadows, for a user whose trace says it pays (the
-//! margin keeps the adaptive choice in LRU placement where the rate order leads by less than
+//! best shadow. `eviction.flru_admission = "rates"` ([`RATE_LOW_MODE`]) keeps the low-prior
+//! rate order without shadows, for a user whose trace says it pays (the margin keeps the
+//! adaptive choice in LRU placement where the rate order leads by less than
 //! [`SHADOW_MARGIN`]). Sampled shadows estimate a tier's hit ratio well from a small share of
 //! its keys (the idea of SHARDS, Waldspurger et al., FAST '15); they cost five small rankings,
 //! not five tiers.
 //!
 //! Why this shape (measured on Mooncake's synthetic and conversation traces and on synthetic
-//! multi-turn, used-twice and Zipf workloads, see BENCHMARKS.md, "FLRU"):
+//! multi-turn, used-twice and Zipf workloads, see docs/benchmarks.md, "Eviction policies"):
 //!
 //! * most chunks are never requested again, and a chunk requested a second time is likely
 //!   requested again: the bonus keeps those through the long gaps between their uses, which
@@ -76,8 +75,8 @@
 //!
 //! The bonus ([`BONUS_PER_USE`] by default, `eviction.flru_bonus_per_use`) trades the two
 //! kinds of workload: larger keeps more of the popular chunks of Mooncake's traces, smaller
-//! suits chunks that are used a fixed few times (BENCHMARKS.md has the sweep). Its defaults
-//! (`trigger_watermark` [`crate::config::FLRU_WATERMARK`], `eviction_ratio`
+//! suits chunks that are used a fixed few times (docs/benchmarks.md, "Eviction policies"). Its
+//! defaults (`trigger_watermark` [`crate::config::FLRU_WATERMARK`], `eviction_ratio`
 //! [`crate::config::FLRU_RATIO`] of the bytes) keep the tier full.
 //!
 //! Invariants: in every ranking (the tier's and each shadow's), every tracked key is in `order`
@@ -124,7 +123,7 @@ pub const SHADOW_HORIZON: f64 = 8.0;
 /// Another placement replaces LRU placement only when its shadow has this much more (relative)
 /// recent hits: LRU placement is the one that is never below LRU, so a noisy lead does not move
 /// the tier off it (on a trace whose workload changes halfway, a margin of 0 fell to 0.99× LRU
-/// at 40 %; BENCHMARKS.md, "Admission by shadow tiers").
+/// at 40 %; docs/benchmarks.md, "Eviction policies").
 pub const SHADOW_MARGIN: f64 = 0.05;
 
 /// One touch of the clock, in priority units (fine enough that a small capacity's fraction of
@@ -250,9 +249,6 @@ pub const MODES: [Mode; 5] = [
     Mode::Rates(RatePrior::Low),
     Mode::Rates(RatePrior::High),
 ];
-
-/// The modes with `eviction.flru_admission = "placements"`: the three placements, no rates.
-pub const PLACEMENT_MODES: [Mode; 3] = [MODES[0], MODES[1], MODES[2]];
 
 /// The rate order with the low prior alone, without shadows (`flru_admission = "rates"`).
 pub const RATE_LOW_MODE: [Mode; 1] = [MODES[3]];
@@ -687,6 +683,10 @@ impl EvictionPolicy for Flru {
 mod tests {
     use super::*;
 
+    /// The three placements without the rate modes: what the shadows choose from when the
+    /// rates are left out, to test the placement shadows alone.
+    const PLACEMENT_MODES: [Mode; 3] = [MODES[0], MODES[1], MODES[2]];
+
     fn key(i: u32) -> ObjectKey {
         ObjectKey::new("m", 0, i.to_be_bytes().to_vec()).unwrap()
     }
@@ -805,7 +805,7 @@ mod tests {
 
     #[test]
     fn shadows_place_new_keys_last_when_they_are_never_reused_and_back_when_they_are() {
-        // The three placements alone (`flru_admission = "placements"`). A tier of 1024 keys,
+        // The three placements alone (`PLACEMENT_MODES`). A tier of 1024 keys,
         // so the shadows hold 64 sampled keys each. Against a scan of keys used once, LRU
         // placement loses the hot set; the shadows see it and place new keys last, and the hot
         // set is hit. Then a workload of keys reused once, half a tier later, where a key

@@ -10,7 +10,7 @@
 //! against the ledger, because the events are the ledger's changes in order.
 //!
 //! A round is planned by the policy ([`EvictionPolicy::plan`]); the global policies (`LRU`,
-//! `ARC`, `SLRU`, `FLRU`) follow LMCache's watermark rule: when usage reaches
+//! `ARC`, `FLRU`) follow LMCache's watermark rule: when usage reaches
 //! `trigger_watermark × capacity`, remove `floor(n × eviction_ratio)` keys (at least 1 when the
 //! ratio is > 0), or with `eviction_unit = "bytes"` keys until `ceil(used × ratio)` bytes are
 //! freed. `IsolatedLRU` plans one budget per cache salt over its quota. The backend skips
@@ -36,7 +36,6 @@ pub mod lru;
 mod messages;
 pub mod noop;
 mod policy;
-pub mod slru;
 mod state;
 
 pub use actor::{EvictionActor, EvictionStats, EvictionTarget, DEFAULT_CHECK_INTERVAL};

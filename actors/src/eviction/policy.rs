@@ -1,5 +1,5 @@
 //! The policy seam: the [`EvictionPolicy`] trait every policy implements (one file each:
-//! `lru.rs`, `arc.rs`, `isolated_lru.rs`, `slru.rs`, `flru.rs`, `noop.rs`), what a plan is made
+//! `lru.rs`, `arc.rs`, `isolated_lru.rs`, `flru.rs`, `noop.rs`), what a plan is made
 //! from ([`Pressure`]), LMCache's watermark rule ([`global_round`], [`ratio_group`]) and the
 //! factory that builds the configured policy ([`policy`]).
 //!
@@ -7,7 +7,7 @@
 //! (or the simulator) owns it and feeds it events in order; it has no lock and no I/O.
 
 use super::state::SizeBook;
-use super::{arc, flru, isolated_lru, lru, noop, slru};
+use super::{arc, flru, isolated_lru, lru, noop};
 use crate::config::{
     bytes_for_ratio, keys_for_ratio, EvictionConfig, EvictionPolicy as PolicyName, EvictionUnit,
     FlruAdmission,
@@ -25,7 +25,7 @@ pub const EXTRA_CANDIDATES: usize = 1024;
 /// `on_removed`; `victims` names only tracked keys, each once, first victim first; `len` is
 /// the number of tracked keys. Unknown keys given to `on_accessed` or `on_removed` are ignored.
 pub trait EvictionPolicy: Send + 'static {
-    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `SLRU`, `FLRU`, `noop`).
+    /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `FLRU`, `noop`).
     fn name(&self) -> &'static str;
     /// Keys were written (or re-written), in request order. Their sizes are in the book.
     fn on_stored(&mut self, keys: &[ObjectKey]);
@@ -75,7 +75,7 @@ impl Pressure<'_> {
 /// With `eviction_unit = "bytes"` a round also catches up: when stores outran eviction and the
 /// usage is past the watermark, it frees at least down to where a round started exactly at the
 /// watermark would end (`watermark × capacity × (1 − ratio)`). Without that, small rounds (the
-/// 2 % of `SLRU` and `FLRU`) fall behind a fast writer, one round per store batch, and the tier
+/// 0.5 % of `FLRU`) fall behind a fast writer, one round per store batch, and the tier
 /// grows past its capacity. The `keys` unit keeps LMCache's rule exactly.
 pub fn global_round<'a>(
     victims: impl Iterator<Item = &'a ObjectKey>,
@@ -154,13 +154,10 @@ pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
         PolicyName::Lru => Box::new(lru::Lru::default()),
         PolicyName::Arc => Box::new(arc::Arc::default()),
         PolicyName::IsolatedLru => Box::new(isolated_lru::IsolatedLru::default()),
-        PolicyName::Slru => Box::new(slru::Slru::default()),
         PolicyName::Flru => Box::new(flru::Flru::new(
             config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
             match config.flru_admission.unwrap_or_default() {
                 FlruAdmission::Adaptive => &flru::MODES,
-                FlruAdmission::Placements => &flru::PLACEMENT_MODES,
-                FlruAdmission::Lru => &flru::MODES[..1],
                 FlruAdmission::Rates => &flru::RATE_LOW_MODE,
             },
         )),

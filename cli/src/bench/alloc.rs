@@ -1,7 +1,7 @@
 //! A counting global allocator for the bench: how many large blocks (≥ [`LARGE`]) the process
 //! allocates, and their bytes. A chunk-sized staging buffer anywhere on the load or store path
 //! shows up here, so a phase whose count is 0 made no intermediate copy of the chunks (the
-//! host-arena runs of BENCHMARKS.md read this). Blocks at least as large as the bench's chunk
+//! host-arena runs of docs/benchmarks.md read this). Blocks at least as large as the bench's chunk
 //! ([`set_chunk_size`]) are counted apart: an HTTP client's receive buffers are large blocks
 //! too, but only a staging copy of a whole chunk is chunk-sized.
 //!

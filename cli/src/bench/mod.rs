@@ -69,7 +69,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub stream: bool,
     /// Which client moves the bytes: the full kvtier pipeline, or (with an `s3` adapter) only
-    /// the raw aws-sdk-s3 loop, for `bench/compare.sh`.
+    /// the raw aws-sdk-s3 loop, for `scripts/compare/compare.sh`.
     #[arg(long, value_enum, default_value_t = BenchClient::Pipeline)]
     pub client: BenchClient,
     /// Skip the raw aws-sdk-s3 baseline that follows the pipeline with an `s3` adapter.
@@ -86,7 +86,7 @@ pub struct BenchArgs {
     pub host_arena: bool,
     /// Replay a request trace (JSON lines with `hash_ids`, as the Mooncake traces) instead of
     /// the phases: per request, lookup-and-lock the block chain, load the longest prefix found,
-    /// store the missing blocks, unlock. See README "Trace replay".
+    /// store the missing blocks, unlock. See docs/cli.md, "Trace replay".
     #[arg(long, value_name = "FILE")]
     pub trace: Option<PathBuf>,
     /// With `--trace`: bytes per block (required for a replay; the simulation ignores sizes).
@@ -1144,7 +1144,7 @@ fn overfill_target(config: &TierConfig, stored: u64, chunk_size: usize) -> usize
             a.common.capacity_bytes() > 0
                 && a.common.eviction.as_ref().is_some_and(|e| {
                     use kvtier_actors::config::EvictionPolicy as P;
-                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Slru | P::Flru)
+                    matches!(e.eviction_policy, P::Lru | P::Arc | P::Flru)
                 })
         })
         .map(|a| {

@@ -4,7 +4,7 @@
 //! [`PERIOD`] while the bench runs; at the end the samples become four panels: bytes per
 //! second stored and loaded, requests per second by operation, usage against capacity (with
 //! evicted keys), and requests in flight by operation. Rates are differences of counters
-//! between samples, summed over adapters. It is the picture in the README: rendered from a
+//! between samples, summed over adapters. It is the picture in docs/metrics.md: rendered from a
 //! real run, by the same series a Grafana dashboard would query.
 
 use std::collections::BTreeMap;

@@ -160,7 +160,7 @@ fn raw_in_flight(cfg: &S3Config, opts: BenchOptions) -> usize {
 }
 
 /// `--client raw-s3`: only the raw aws-sdk-s3 loop, reported in the pipeline's shape (phases
-/// `store` and `load`), for `bench/compare.sh`.
+/// `store` and `load`), for `scripts/compare/compare.sh`.
 pub(super) async fn raw_only(
     config: &TierConfig,
     opts: BenchOptions,

@@ -284,7 +284,7 @@ class KvtierL2Adapter(L2AdapterInterface):
             "eviction": "kvtier" if self._kvtier_evicts else "lmcache",
             "current_size_bytes": usage.total_bytes_used,
             "max_capacity_bytes": self._capacity_bytes,
-            # The module's allocator and its decay settings (README, "Memory allocator").
+            # The module's allocator and its decay settings (docs/lmcache.md, "Memory allocator").
             "allocator": allocator(),
         }
         if self._core.closed:

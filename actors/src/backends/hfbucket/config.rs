@@ -104,7 +104,7 @@ pub enum XetStorePath {
     /// kvtier's own writer ([`XetChunking`] chunks, packed in order into xorbs, sent from the
     /// caller's memory through the CAS's upload grants with one shard per commit, over the
     /// adapter's Hub client): no deduplication (KV chunks are unique), no per-commit session
-    /// and no serialized copy: less client CPU than `hf-xet` (BENCHMARKS.md).
+    /// and no serialized copy: less client CPU than `hf-xet` (docs/benchmarks.md).
     #[default]
     Direct,
     /// hf-xet's upload commit: its chunker, deduplication and xorb packing, and a session of
@@ -157,7 +157,7 @@ impl XetChunking {
 pub enum XetLoadPath {
     /// kvtier's reader: the file's reconstruction from the CAS (`/v1/reconstructions`), one
     /// range request per term, chunks decoded in place in the caller's buffer. No buffer per
-    /// load, and about half the client CPU of `hf-xet` (BENCHMARKS.md).
+    /// load, and about half the client CPU of `hf-xet` (docs/benchmarks.md).
     #[default]
     Direct,
     /// hf-xet's download stream: each term decoded into a new buffer, then copied into the

@@ -8,7 +8,7 @@
 //! caller's buffer, with kvtier's own reconstruction reader (or, with `xet_load_path =
 //! "hf-xet"`, one long-lived Xet download-stream group); the hashes come from the store, a
 //! lookup, or one `paths-info` per load batch. That path was measured faster than
-//! `resolve` (see BENCHMARKS.md); `resolve` (302 → bytes into the buffer) remains the fallback
+//! `resolve` (see docs/benchmarks.md); `resolve` (302 → bytes into the buffer) remains the fallback
 //! when no Xet reader can be opened or a Xet read fails. All blocking Hub calls and Xet
 //! transfers run on the adapter's worker pool.
 

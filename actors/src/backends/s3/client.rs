@@ -140,7 +140,7 @@ pub(crate) async fn current_credentials(
 /// request attempt has returned, so only this notices a server that stops sending mid-body. A
 /// PUT's body is sent inside the attempt, which the attempt timeout already bounds; the upload
 /// check cost about 10 % of the client's CPU on 4 MiB stores (measured with
-/// `bench/compare.sh`, BENCHMARKS.md) and bought nothing more.
+/// `scripts/compare/compare.sh`, docs/benchmarks.md) and bought nothing more.
 pub(crate) fn stalled_stream_protection() -> StalledStreamProtectionConfig {
     StalledStreamProtectionConfig::enabled()
         .upload_enabled(false)

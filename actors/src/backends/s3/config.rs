@@ -30,9 +30,9 @@ pub enum PayloadSigning {
     /// Until 2026-12 `auto` signed the body's SHA-256 over plain HTTP. That pass cost about
     /// 0.5 CPU-s per GiB stored on the client and as much again on the server (which must
     /// hash the body to check the signature), and was most of what kept the 4 MiB store behind
-    /// LMCache's own adapter on a 2-core host (BENCHMARKS.md, "kvtier through LMCache"). A
-    /// CRC32C is not a MAC: who must also defend stored bytes against an active attacker on a
-    /// plain-HTTP network sets `"signed"` (or uses TLS).
+    /// LMCache's own adapter on a 2-core host (docs/benchmarks.md, "kvtier through LMCache vs
+    /// LMCache's own adapters"). A CRC32C is not a MAC: who must also defend stored bytes
+    /// against an active attacker on a plain-HTTP network sets `"signed"` (or uses TLS).
     #[default]
     Auto,
     /// Always hash and sign the payload (one SHA-256 pass over every byte stored).

@@ -3,7 +3,7 @@
 //! SDK's per-request orchestration (config layering, interceptors, endpoint rules, identity
 //! resolution, retry bookkeeping).
 //!
-//! At 256 KiB objects that orchestration was most of the client's CPU per request (BENCHMARKS.md).
+//! At 256 KiB objects that orchestration was most of the client's CPU per request (docs/benchmarks.md).
 //! Everything else (listing, deletes, S3 Express sessions, the credential chain) stays on the
 //! SDK; see [`super::DataPath`] for when this path is used.
 //!
@@ -951,7 +951,7 @@ mod tests {
         uri.split('?').next().unwrap().parse().unwrap()
     }
 
-    /// For every `s3_endpoint` form the README lists (and each addressing style), the direct
+    /// For every `s3_endpoint` form docs/configuration.md lists (and each addressing style), the direct
     /// path's URL and host are the SDK's: its endpoint resolver gives the same endpoint, and
     /// the request its client would send has the same URL and authority (the `Host` header).
     #[test]

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The LMCache S3 data path rebuilt on awscrt's S3Client, for `bench/compare.py`.
+"""The LMCache S3 data path rebuilt on awscrt's S3Client, for `scripts/compare/compare.py`.
 
 LMCache's S3 connector drives awscrt's `S3Client` from asyncio: an `asyncio.Semaphore` bounds
 requests in flight; each PUT first copies the chunk into a `/dev/shm` buffer file and sends

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""One LMCache L2 adapter driven the way LMCache's controllers drive it, for `bench/compare.py`.
+"""One LMCache L2 adapter driven the way LMCache's controllers drive it, for `scripts/compare/compare.py`.
 
 The adapter is built only through LMCache 0.5's own `--l2-adapter` parser and factory (so
 `{"type": "s3", ...}` is LMCache's built-in S3 adapter, and `{"type": "plugin", "module_path":

@@ -1,4 +1,4 @@
-"""Store phase of bench/peer_lmcache.py alone, repeated --reps times, for profiling: with PERF_CTL and
+"""Store phase of scripts/compare/peer_lmcache.py alone, repeated --reps times, for profiling: with PERF_CTL and
 PERF_ACK set (perf record --control=fifo:CTL,ACK -D -1) only the store phases are sampled.
 Prints one JSON line per repetition (MiB/s, client CPU-s/GiB, minor page faults per GiB, RSS
 after the repetition in MiB, failed tasks)."""

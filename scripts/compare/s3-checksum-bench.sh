@@ -1,8 +1,8 @@
 #!/bin/sh
-# The cost of s3_checksum (BENCHMARKS.md, "Integrity checks on loads"): 3 alternating rounds of
+# The cost of s3_checksum (docs/benchmarks.md, "Integrity checks on loads"): 3 alternating rounds of
 # three variants of the adapter in $KVTIER_S3_ADAPTER, one `kvtier bench` each, with the client's
 # CPU time. Run it through scripts/garage-local.sh:
-#   scripts/garage-local.sh scripts/s3-checksum-bench.sh
+#   scripts/garage-local.sh scripts/compare/s3-checksum-bench.sh
 # Env: KVBIN (default target/release/kvtier), CHUNKS (256), SIZE (4MiB).
 B=${KVBIN:-target/release/kvtier}
 OUT=${TMPDIR:-/tmp}/kvtier-checksum-bench.json

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 """Host-arena bench: `kvtier bench` with owned buffers vs `--host-arena`, in alternating rounds.
 
-Usage: bench/arena.py --kvtier target/release/kvtier [--rounds 3] [-- extra kvtier bench args]
-  e.g. (fs, the embedded default)  bench/arena.py --rounds 3
+Usage: scripts/compare/arena.py --kvtier target/release/kvtier [--rounds 3] [-- extra kvtier bench args]
+  e.g. (fs, the embedded default)  scripts/compare/arena.py --rounds 3
        (s3, a throwaway Garage)     scripts/garage-local.sh sh -c \
-           'bench/arena.py --rounds 3 -- --l2-adapter "$KVTIER_S3_ADAPTER" --no-baseline --cleanup'
+           'scripts/compare/arena.py --rounds 3 -- --l2-adapter "$KVTIER_S3_ADAPTER" --no-baseline --cleanup'
 
 Prints, per mode, the median over rounds of each phase's GB/s, client CPU-s per GiB, and the
 large (>= 64 KiB) and chunk-sized heap blocks allocated in the phase, then the arena/owned ratios and the bytes

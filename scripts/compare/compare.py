@@ -9,10 +9,10 @@ for that phase only (not the server's). Clients:
 - `kvtier`: the full pipeline (`kvtier bench --client pipeline`: controller → S3 backend
   actor → store / lookup+lock / load / unlock), every byte verified;
 - `raw`: plain concurrent aws-sdk-s3 PUT/GET (`kvtier bench --client raw-s3`), no actors;
-- `awscrt`: `bench/peer_awscrt.py`, LMCache's S3 data path rebuilt on awscrt's S3Client;
+- `awscrt`: `scripts/compare/peer_awscrt.py`, LMCache's S3 data path rebuilt on awscrt's S3Client;
 - `lmcache-s3`: LMCache 0.5's own `s3` L2 adapter (awscrt), built by LMCache's `--l2-adapter`
   parser and factory and driven through `L2AdapterInterface` as its controllers drive it
-  (`bench/peer_lmcache.py`: tasks of `batch` keys, eventfds, lookups from a fresh instance);
+  (`scripts/compare/peer_lmcache.py`: tasks of `batch` keys, eventfds, lookups from a fresh instance);
 - `kvtier-lmcache`: kvtier through its LMCache plugin (`{"type": "plugin", "module_path":
   "kvtier.lmcache", ...}`), driven by the same script the same way; `--plugin-variant
   name=JSON` runs it with these kvtier adapter fields changed, `--plugin-site name=DIR` with the
@@ -67,7 +67,7 @@ def parse_workload(w: str):
     return int(count), parse_size(size), int(conc)
 
 
-# Clients driven through LMCache's L2AdapterInterface (bench/peer_lmcache.py).
+# Clients driven through LMCache's L2AdapterInterface (scripts/compare/peer_lmcache.py).
 LMCACHE_CLIENTS = ("lmcache-s3", "kvtier-lmcache", "lmcache-hfbucket", "kvtier-lmcache-hf")
 # Clients that run against the Hub emulator instead of Garage.
 HF_CLIENTS = ("lmcache-hfbucket", "kvtier-lmcache-hf")
@@ -238,7 +238,7 @@ def main():
     ap.add_argument("--json-out")
     ap.add_argument("--adapter", help="use this s3 adapter JSON for every round (no fresh Garage)")
     ap.add_argument("--garage-script",
-                    default=os.path.join(os.path.dirname(__file__), "..", "scripts", "garage-local.sh"))
+                    default=os.path.join(os.path.dirname(__file__), "..", "garage-local.sh"))
     ap.add_argument("--port", type=int, default=int(os.environ.get("KVTIER_GARAGE_PORT", "3960")))
     ap.add_argument("--report", metavar="JSON", help="print the tables of an earlier --json-out file and exit")
     args = ap.parse_args()
