@@ -1,9 +1,10 @@
 //! A serving process in miniature: the host kvtier is built for, as actix actors.
 //!
 //! Run: `cargo run --release --example serving` (200 requests of a synthetic multi-turn trace,
-//! on the embedded default: an `fs` adapter in a temporary directory), or replay a Mooncake
-//! trace: `cargo run --release --example serving -- /work/shared/traces/synthetic_trace.jsonl
-//! --requests 1000`. `--help` lists the options.
+//! on the embedded default: an `fs` adapter in a temporary directory), or replay a trace in
+//! the Mooncake format (such as `FAST25-release/traces/synthetic_trace.jsonl` of
+//! kvcache-ai/Mooncake): `cargo run --release --example serving -- TRACE.jsonl --requests
+//! 1000`. `--help` lists the options.
 //!
 //! # Who owns what
 //! * `main` owns the [`Tier`] (behind an `Rc`): it starts it, and closes it once the scheduler
