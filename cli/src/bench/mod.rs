@@ -10,10 +10,11 @@
 //!
 //! Files, one concern each: [`args`] (the command line and the validated [`BenchOptions`]),
 //! [`setup`] (the embedded default, `/metrics`, the plot sampler), [`workload`] (keys, payloads,
-//! the host arena), [`phases`] (the phases above), [`timer`] (what a phase measures),
-//! [`report`] (the report, its JSON and its table), [`trace_cmd`] with [`trace`] and
-//! [`simulate`] (`--trace`), `raw_s3` (the raw aws-sdk-s3 baseline, feature `s3`), [`plot`]
-//! (`--plot`) and [`alloc`] (the counting allocator).
+//! the host arena), [`phases`] (the phases above, in order) with [`load`] (the load phase's
+//! buffers and the plain-read baseline), [`timer`] (what a phase measures), [`report`] (the
+//! report, its JSON and its table), [`trace_cmd`] with [`trace`] and [`simulate`] (`--trace`),
+//! `raw_s3` (the raw aws-sdk-s3 baseline, feature `s3`), [`plot`] (`--plot`) and [`alloc`] (the
+//! counting allocator).
 
 use std::path::PathBuf;
 
@@ -24,6 +25,7 @@ use crate::common::EXIT_FAILURE;
 
 mod alloc;
 mod args;
+mod load;
 mod phases;
 mod plot;
 #[cfg(feature = "s3")]
