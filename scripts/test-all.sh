@@ -56,6 +56,9 @@ RUSTDOCFLAGS="-D warnings" cargo doc --no-deps --workspace
 step "tests"
 cargo test --workspace --no-fail-fast
 
+step "examples/serving: a scheduler and engine workers on the embedded default (exits 1 on a wrong byte)"
+cargo run --example serving -- --requests 200
+
 step "tests, minimal runtime (an s3/hfbucket adapter is a named config error)"
 cargo test -p kvtier --no-default-features --test config
 

@@ -21,7 +21,10 @@ use kvtier::actors::backends::s3::{ResolvedEndpoint, S3Config};
 use kvtier::actors::NameFormat;
 use kvtier::config::{AdapterSpec, TierConfig};
 
-use super::{peak_rss_bytes, BenchOptions, BenchReport, PhaseReport, S3Baseline, Timer, Workload};
+use super::args::BenchOptions;
+use super::report::{BenchReport, PhaseReport, S3Baseline};
+use super::timer::{peak_rss_bytes, Timer};
+use super::workload::Workload;
 
 /// With an `s3` adapter (and neither `--stream` nor `--no-baseline`): the raw baseline after the
 /// pipeline, on other payloads of the same sizes, compared with the pipeline's phases.
