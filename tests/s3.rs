@@ -290,6 +290,58 @@ async fn payload_signing_and_crc32c_round_trip() {
     }
 }
 
+/// `Verify` (`kvtier scrub`) on S3 asks the store for the CRC32C it kept: an object kvtier
+/// stored with one is checked (intact), one written by another client without a CRC32C (as
+/// LMCache's adapters write) is unverifiable, a missing one is absent.
+#[actix_rt::test]
+async fn verify_checks_the_crc32c_the_store_kept() {
+    use kvtier::actors::backends::s3::ChecksumMode;
+    use kvtier::actors::Verdict;
+    let fx = S3::new();
+    let prefix = format!("{}-verify", fx.run);
+    let c = fx.config().prefix(&prefix).checksum(ChecksumMode::Crc32c);
+    let tier = Tier::start(&tier_config(vec![AdapterConfig::s3(c)]))
+        .await
+        .unwrap();
+    assert!(tier
+        .store(vec![key(1)], vec![payload(1, 100_000)])
+        .await
+        .unwrap()
+        .success());
+    // key(2): the same name scheme, written by a plain client that sends no CRC32C.
+    let other = format!(
+        "{prefix}/{}",
+        key(2).object_name(kvtier::NameFormat::default())
+    );
+    fx.plain_client()
+        .await
+        .put_object()
+        .bucket(BUCKET)
+        .key(&other)
+        .body(payload(2, 4096).to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    let report = tier
+        .verify(kvtier::Verify {
+            keys: vec![key(1), key(2), key(3)],
+            delete_corrupt: false,
+            adapter: 0,
+        })
+        .await
+        .unwrap();
+    let verdicts: Vec<Verdict> = report
+        .results
+        .into_iter()
+        .map(|(_, v)| v.unwrap())
+        .collect();
+    assert_eq!(
+        verdicts,
+        vec![Verdict::Intact, Verdict::Unverifiable, Verdict::Absent]
+    );
+    tier.close().await;
+}
+
 #[actix_rt::test]
 async fn key_prefixes_isolate_adapters() {
     let fx = S3::new();

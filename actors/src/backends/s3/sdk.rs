@@ -18,7 +18,7 @@ use super::client::{current_credentials, send_put, with_config};
 use super::credentials::REFRESH_DEADLINE;
 use super::direct;
 use crate::key::{NameFormat, ObjectKey};
-use crate::storage::{status_kind, BackendError, ErrorKind, Fetched, Removed};
+use crate::storage::{status_kind, BackendError, ErrorKind, Fetched, Removed, Verdict};
 
 /// The SDK client and the settings its requests follow.
 pub(super) struct Sdk {
@@ -159,6 +159,70 @@ impl Sdk {
             return Ok(Fetched::SizeMismatch { actual: off as u64 });
         }
         Ok(Fetched::Hit)
+    }
+
+    /// Reads an object whole and checks it against the CRC32C the store kept with it (`kvtier
+    /// scrub`): the GET asks for stored checksums (`x-amz-checksum-mode: ENABLED`). An object
+    /// stored without one (`s3_checksum = "none"`, LMCache's own adapters) is unverifiable; a
+    /// body whose CRC32C differs, or that the SDK's own validation refuses, is corrupt.
+    pub(super) async fn verify(&self, object: &str) -> Result<Verdict, BackendError> {
+        let resp = self
+            .sdk_send(|config| {
+                let req = self
+                    .client
+                    .get_object()
+                    .bucket(&self.bucket)
+                    .key(object)
+                    .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
+                with_config(req.customize(), config).send()
+            })
+            .await;
+        let resp = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                let not_found = e.code() != Some("NoSuchBucket")
+                    && (e.as_service_error().is_some_and(|s| s.is_no_such_key())
+                        || e.raw_response().is_some_and(|r| r.status().as_u16() == 404));
+                return if not_found {
+                    Ok(Verdict::Absent)
+                } else {
+                    Err(classify("verify", &self.bucket, e))
+                };
+            }
+        };
+        let stored = resp.checksum_crc32_c().map(str::to_owned);
+        let body = match resp.body.collect().await {
+            Ok(b) => b.into_bytes(),
+            Err(e) => {
+                // The SDK validates a stored checksum as the body streams; its mismatch error is
+                // a corrupt object, any other body error a failed read.
+                let mut chain: Option<&(dyn std::error::Error + 'static)> = Some(&e);
+                while let Some(err) = chain {
+                    let text = err.to_string().to_ascii_lowercase();
+                    if text.contains("checksum") && text.contains("mismatch") {
+                        return Ok(Verdict::Corrupt(format!("S3 checksum check failed: {err}")));
+                    }
+                    chain = err.source();
+                }
+                return Err(BackendError::connection("verify", e.to_string()).with_source(e));
+            }
+        };
+        let Some(stored) = stored else {
+            return Ok(Verdict::Unverifiable);
+        };
+        let actual = {
+            use base64::Engine as _;
+            base64::engine::general_purpose::STANDARD
+                .encode(crate::backends::fs::crc32c(&body).to_be_bytes())
+        };
+        Ok(if actual == stored {
+            Verdict::Intact
+        } else {
+            Verdict::Corrupt(format!(
+                "CRC32C of the {} bytes read is {actual}, the store kept {stored}",
+                body.len()
+            ))
+        })
     }
 
     /// `HeadBucket`: 404 is a missing bucket, 403 an existing one we may not list.

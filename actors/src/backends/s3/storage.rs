@@ -29,7 +29,7 @@ use crate::buffer::LoadBuf;
 use crate::key::{NameFormat, ObjectKey};
 use crate::messages::KeyPage;
 use crate::storage::{
-    answer_known, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage,
+    answer_known, BackendError, ErrorKind, Fetched, Io, Recovered, Removed, Storage, Verdict,
 };
 
 /// Keys per `DeleteObjects` request (the S3 maximum).
@@ -343,6 +343,14 @@ impl Storage for S3Storage {
                 }
             },
         )
+    }
+
+    fn verify(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Verdict, BackendError>>> {
+        // Always through the SDK (a scrub is not the data path): it asks for the stored
+        // checksum and validates it as the body streams.
+        self.per_item("verify", keys, |shared, key: ObjectKey| async move {
+            shared.sdk.verify(&shared.object_key(&key)).await
+        })
     }
 
     fn remove(&mut self, keys: Vec<ObjectKey>) -> Io<Vec<Result<Removed, BackendError>>> {
