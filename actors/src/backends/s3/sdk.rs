@@ -1,4 +1,5 @@
-//! The aws-sdk-s3 data plane, and the requests only the SDK makes (listing, `DeleteObjects`).
+//! The aws-sdk-s3 data plane, and the requests only the SDK makes (listing, `DeleteObjects`, the
+//! checksum-verifying reads of `kvtier scrub`).
 //!
 //! [`Sdk`] holds the SDK client and its settings; it is immutable once built and shared by
 //! request futures through an `Arc`. The SDK client keeps its own identity cache; when the
