@@ -11,6 +11,7 @@ use std::future::Future;
 use aws_credential_types::provider::SharedCredentialsProvider;
 use aws_sdk_s3::config::http::HttpResponse;
 use aws_sdk_s3::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
+use aws_sdk_s3::operation::get_object::GetObjectOutput;
 use aws_sdk_s3::primitives::ByteStream;
 use aws_sdk_s3::types::{ChecksumAlgorithm, Delete, ObjectIdentifier};
 use bytes::Bytes;
@@ -108,30 +109,42 @@ impl Sdk {
         }
     }
 
-    /// A GET, its body frames copied straight into `buf`.
-    pub(super) async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
+    /// A `GetObject` (asking for the stored checksums with `checksum`): `None` when the key is
+    /// missing (a miss); a missing bucket, also a 404, is an error.
+    async fn get_object(
+        &self,
+        op: &'static str,
+        object: &str,
+        checksum: bool,
+    ) -> Result<Option<GetObjectOutput>, BackendError> {
         let resp = self
             .sdk_send(|config| {
                 let mut req = self.client.get_object().bucket(&self.bucket).key(object);
-                if self.get_crc32c {
+                if checksum {
                     req = req.checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
                 }
                 with_config(req.customize(), config).send()
             })
             .await;
-        let resp = match resp {
-            Ok(r) => r,
+        match resp {
+            Ok(r) => Ok(Some(r)),
             Err(e) => {
-                // A missing key is a miss; a missing bucket (also a 404) is an error.
                 let not_found = e.code() != Some("NoSuchBucket")
                     && (e.as_service_error().is_some_and(|s| s.is_no_such_key())
                         || e.raw_response().is_some_and(|r| r.status().as_u16() == 404));
-                return if not_found {
-                    Ok(Fetched::Absent)
+                if not_found {
+                    Ok(None)
                 } else {
-                    Err(classify("get", &self.bucket, e))
-                };
+                    Err(classify(op, &self.bucket, e))
+                }
             }
+        }
+    }
+
+    /// A GET, its body frames copied straight into `buf`.
+    pub(super) async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
+        let Some(resp) = self.get_object("get", object, self.get_crc32c).await? else {
+            return Ok(Fetched::Absent);
         };
         let declared = resp.content_length().unwrap_or(-1);
         if declared != buf.len() as i64 {
@@ -167,29 +180,8 @@ impl Sdk {
     /// stored without one (`s3_checksum = "none"`, LMCache's own adapters) is unverifiable; a
     /// body whose CRC32C differs, or that the SDK's own validation refuses, is corrupt.
     pub(super) async fn verify(&self, object: &str) -> Result<Verdict, BackendError> {
-        let resp = self
-            .sdk_send(|config| {
-                let req = self
-                    .client
-                    .get_object()
-                    .bucket(&self.bucket)
-                    .key(object)
-                    .checksum_mode(aws_sdk_s3::types::ChecksumMode::Enabled);
-                with_config(req.customize(), config).send()
-            })
-            .await;
-        let resp = match resp {
-            Ok(r) => r,
-            Err(e) => {
-                let not_found = e.code() != Some("NoSuchBucket")
-                    && (e.as_service_error().is_some_and(|s| s.is_no_such_key())
-                        || e.raw_response().is_some_and(|r| r.status().as_u16() == 404));
-                return if not_found {
-                    Ok(Verdict::Absent)
-                } else {
-                    Err(classify("verify", &self.bucket, e))
-                };
-            }
+        let Some(resp) = self.get_object("verify", object, true).await? else {
+            return Ok(Verdict::Absent);
         };
         let stored = resp.checksum_crc32_c().map(str::to_owned);
         let body = match resp.body.collect().await {
