@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use crate::storage::{BackendError, ErrorKind};
 
 /// Consecutive counted failures that open the breaker.
-pub const BREAKER_THRESHOLD: u32 = 3;
+pub(crate) const BREAKER_THRESHOLD: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum State {
@@ -44,7 +44,7 @@ enum State {
 
 /// A circuit breaker. See the module docs.
 #[derive(Debug)]
-pub struct Breaker {
+pub(crate) struct Breaker {
     /// The adapter type, for the log.
     adapter: &'static str,
     state: State,
@@ -65,7 +65,7 @@ pub struct Breaker {
 
 impl Breaker {
     /// A closed breaker of adapter type `adapter` that waits `cooldown` before a probe.
-    pub fn new(adapter: &'static str, cooldown: Duration) -> Self {
+    pub(crate) fn new(adapter: &'static str, cooldown: Duration) -> Self {
         Self {
             adapter,
             state: State::Closed,
@@ -82,7 +82,7 @@ impl Breaker {
     }
 
     /// Publishes its state and transitions to `metrics` from now on.
-    pub fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+    pub(crate) fn attach_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
         self.metrics = metrics;
         self.publish();
     }
@@ -100,12 +100,12 @@ impl Breaker {
     }
 
     /// Whether the store can serve: the breaker is closed and no problem is known.
-    pub fn is_healthy(&self) -> bool {
+    pub(crate) fn is_healthy(&self) -> bool {
         self.unhealthy().is_none()
     }
 
     /// Why the adapter is unhealthy (`None` when it is healthy).
-    pub fn unhealthy(&self) -> Option<String> {
+    pub(crate) fn unhealthy(&self) -> Option<String> {
         match self.state {
             State::Open { .. } => Some(format!(
                 "{} circuit breaker open: {}",
@@ -123,14 +123,14 @@ impl Breaker {
 
     /// Whether a health check is worth running now: only while the breaker is closed (open or
     /// half-open, the breaker already says what is wrong, and no request may pass).
-    pub fn wants_probe(&self) -> bool {
+    pub(crate) fn wants_probe(&self) -> bool {
         self.state == State::Closed
     }
 
     /// Follows the outcome of a health check (a cheap request the storage sends when status is
     /// asked for): an answer clears the problem; a missing bucket opens the breaker; any other
     /// failure (unreachable, credentials refused, …) is the problem until an answer clears it.
-    pub fn probed(&mut self, result: &Result<(), BackendError>) {
+    pub(crate) fn probed(&mut self, result: &Result<(), BackendError>) {
         self.probes += 1;
         match result {
             Ok(()) => self.problem = None,
@@ -148,12 +148,12 @@ impl Breaker {
     }
 
     /// Whether requests go through unhindered.
-    pub fn is_closed(&self) -> bool {
+    pub(crate) fn is_closed(&self) -> bool {
         self.state == State::Closed
     }
 
     /// Lets an operation through, or refuses it (open, or half-open with the probe in flight).
-    pub fn admit(&mut self) -> Result<(), BackendError> {
+    pub(crate) fn admit(&mut self) -> Result<(), BackendError> {
         match self.state {
             State::Closed => Ok(()),
             State::Open { since } if since.elapsed() >= self.cooldown => {
@@ -189,7 +189,7 @@ impl Breaker {
     /// was answered counts as ok (a "not found" or a refused permission too), a failure that
     /// [counts against the store](BackendError::counts_against_store) as a failure, one the
     /// breaker refused as refused.
-    pub fn observe<'a, T: 'a>(
+    pub(crate) fn observe<'a, T: 'a>(
         &mut self,
         results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
     ) {
@@ -227,7 +227,7 @@ impl Breaker {
     /// Follows the per-item results of one request (a batch that succeeds or fails as a
     /// whole): it counts once, by its best outcome (an answer, else a counted failure, else
     /// whatever else it was).
-    pub fn observe_request<'a, T: 'a>(
+    pub(crate) fn observe_request<'a, T: 'a>(
         &mut self,
         results: impl IntoIterator<Item = &'a Result<T, BackendError>>,
     ) {
@@ -260,7 +260,7 @@ impl Breaker {
     /// Follows one operation's outcome in counts. `refused` items were turned away by
     /// [`Breaker::admit`] itself and never reached the network: they must not close a
     /// half-open breaker (only the probe's own outcome may), nor count as failures.
-    pub fn record(&mut self, ok: usize, failures: usize, refused: usize) {
+    pub(crate) fn record(&mut self, ok: usize, failures: usize, refused: usize) {
         if ok > 0 {
             if self.state != State::Closed {
                 tracing::info!(
@@ -291,7 +291,7 @@ impl Breaker {
     }
 
     /// `closed`, `open` or `half-open`.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self.state {
             State::Closed => "closed",
             State::Open { .. } => "open",
@@ -300,7 +300,7 @@ impl Breaker {
     }
 
     /// Its state for an adapter's status details.
-    pub fn status(&self) -> serde_json::Value {
+    pub(crate) fn status(&self) -> serde_json::Value {
         serde_json::json!({
             "state": self.name(),
             "consecutive_failures": self.failures,

@@ -7,7 +7,7 @@
 //!   ([`BytesMut`], `Vec<u8>`, or a raw [`HostRegion`]). Backends see only `&mut [u8]` of the
 //!   chunk's length: `fs` reads into it, S3 copies body frames into it, Xet streams into it.
 //! * **Stores** read from [`Bytes`]; any [`StoreSource`] (a host region included) becomes one
-//!   without a copy through [`store_bytes`] ([`Bytes::from_owner`]), so one object can fan out
+//!   without a copy through `store_bytes` ([`Bytes::from_owner`]), so one object can fan out
 //!   to several adapters by reference count.
 //!
 //! # Invariants
@@ -72,7 +72,7 @@ impl<T: AsRef<[u8]> + Send + 'static> StoreSource for T {}
 
 /// Turns a store source into [`Bytes`] without copying: the bytes stay where they are, and the
 /// source is dropped when the last clone of the returned `Bytes` is.
-pub fn store_bytes(source: impl StoreSource) -> Bytes {
+pub(crate) fn store_bytes(source: impl StoreSource) -> Bytes {
     Bytes::from_owner(source)
 }
 
@@ -158,7 +158,7 @@ struct Home {
 
 /// One load buffer: any [`LoadTarget`], type-erased, plus the homes it returns to when lent.
 ///
-/// Derefs to the target's bytes. Get the original back with [`LoadBuf::downcast`].
+/// Derefs to the target's bytes.
 pub struct LoadBuf {
     target: Option<Box<dyn LoadTarget>>,
     /// Innermost borrower last.
@@ -202,7 +202,7 @@ impl LoadBuf {
     }
 
     /// The original target, if it is a `T`; otherwise the buffer itself.
-    pub fn downcast<T: LoadTarget>(mut self) -> Result<T, LoadBuf> {
+    pub(crate) fn downcast<T: LoadTarget>(mut self) -> Result<T, LoadBuf> {
         if !self.is::<T>() {
             return Err(self);
         }
@@ -345,7 +345,7 @@ impl Homecoming {
     /// Waits for the next `n` buffers to come home (dropped wherever they were), and gives
     /// them with their positions, without keeping them: for a borrower that lends them again
     /// ([`Homecoming::lend_again`]).
-    pub async fn recall(&mut self, n: usize) -> Vec<(usize, LoadBuf)> {
+    pub(crate) async fn recall(&mut self, n: usize) -> Vec<(usize, LoadBuf)> {
         let mut out = Vec::with_capacity(n);
         while out.len() < n {
             match self.rx.recv_async().await {
@@ -357,7 +357,7 @@ impl Homecoming {
     }
 
     /// Lends a recalled buffer again, at position `i`.
-    pub fn lend_again(&self, i: usize, mut buf: LoadBuf) -> LoadBuf {
+    pub(crate) fn lend_again(&self, i: usize, mut buf: LoadBuf) -> LoadBuf {
         buf.homes.push(Home {
             tx: self.tx.clone(),
             index: i,
@@ -384,7 +384,7 @@ impl Homecoming {
     }
 
     /// Every buffer, if all are home already (no waiting).
-    pub fn try_collect(&mut self) -> Option<Vec<LoadBuf>> {
+    pub(crate) fn try_collect(&mut self) -> Option<Vec<LoadBuf>> {
         while self.missing > 0 {
             match self.rx.try_recv() {
                 Ok((i, b)) => self.put(i, b),
@@ -422,8 +422,9 @@ impl Released {
         let _ = self.rx.recv_async().await;
     }
 
+    #[cfg(test)]
     /// True when every source has been released.
-    pub fn is_released(&self) -> bool {
+    pub(crate) fn is_released(&self) -> bool {
         self.rx.is_disconnected()
     }
 }

@@ -184,9 +184,8 @@ impl<'de> Deserialize<'de> for Quotas {
 /// The optional `eviction` table of an adapter.
 ///
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,
-/// unit `keys` (LMCache's defaults); `FLRU` defaults to [`FLRU_WATERMARK`], [`FLRU_RATIO`] and
-/// unit `bytes` (a fuller tier, see the
-/// docs/configuration.md).
+/// unit `keys` (LMCache's defaults); `FLRU` defaults to watermark 0.995, ratio 0.005 and
+/// unit `bytes` (a fuller tier, see docs/configuration.md).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(try_from = "RawEvictionConfig")]
 #[non_exhaustive]
@@ -194,11 +193,11 @@ pub struct EvictionConfig {
     /// `"LRU"` (default), `"ARC"`, `"IsolatedLRU"`, `"FLRU"` or `"noop"`.
     pub eviction_policy: EvictionPolicy,
     /// Usage fraction at or above which eviction runs; in (0, 1]. Default 0.8 (`FLRU`:
-    /// [`FLRU_WATERMARK`]). For `IsolatedLRU`, the fraction of each
+    /// 0.995). For `IsolatedLRU`, the fraction of each
     /// salt's quota.
     pub trigger_watermark: f64,
     /// Share of the adapter's keys (or bytes, see `eviction_unit`) evicted per round; in
-    /// [0, 1]. Default 0.2 (`FLRU`: [`FLRU_RATIO`]). Any ratio > 0 evicts
+    /// [0, 1]. Default 0.2 (`FLRU`: 0.005). Any ratio > 0 evicts
     /// at least one key.
     pub eviction_ratio: f64,
     /// `"keys"` (LMCache's rule, the default) or `"bytes"` (the default of `FLRU`): what
@@ -209,12 +208,12 @@ pub struct EvictionConfig {
     #[serde(skip_serializing_if = "Quotas::is_empty")]
     pub quotas: Quotas,
     /// `FLRU` only: the bonus of one use beyond the first, in capacities of clock (see
-    /// [`crate::eviction::flru`]). `None`: [`crate::eviction::flru::BONUS_PER_USE`]; 0 makes
+    /// docs/configuration.md). `None`: 0.4; 0 makes
     /// `FLRU` an LRU that runs the tier nearly full.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flru_bonus_per_use: Option<f64>,
-    /// `FLRU` only: which modes its shadows choose from (see [`crate::eviction::flru`],
-    /// "Admission", "Rates" and "Choosing"). `None`: [`FlruAdmission::Adaptive`].
+    /// `FLRU` only: which modes its shadows choose from (the FLRU section of
+    /// docs/configuration.md). `None`: [`FlruAdmission::Adaptive`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub flru_admission: Option<FlruAdmission>,
 }
@@ -238,13 +237,13 @@ pub enum FlruAdmission {
 
 /// The largest `flru_bonus_per_use`: beyond it a key used a few times would outlive the tier's
 /// whole history many times over.
-pub const MAX_FLRU_BONUS: f64 = 16.0;
+pub(crate) const MAX_FLRU_BONUS: f64 = 16.0;
 
 /// `FLRU`'s default `trigger_watermark`: the tier runs full (docs/benchmarks.md,
 /// "Eviction policies", says where the sweep is).
-pub const FLRU_WATERMARK: f64 = 0.995;
+pub(crate) const FLRU_WATERMARK: f64 = 0.995;
 /// `FLRU`'s default `eviction_ratio` (of the used bytes): rounds of 0.5 %.
-pub const FLRU_RATIO: f64 = 0.005;
+pub(crate) const FLRU_RATIO: f64 = 0.005;
 
 /// The `eviction` table as written; missing fields take the policy's defaults.
 #[derive(Deserialize)]
@@ -368,14 +367,15 @@ impl EvictionConfig {
         Ok(())
     }
 
+    #[cfg(test)]
     /// How many of `n` keys one round evicts: `floor(n × ratio)`, at least 1 when the ratio is > 0.
-    pub fn keys_to_evict(&self, n: usize) -> usize {
+    pub(crate) fn keys_to_evict(&self, n: usize) -> usize {
         keys_for_ratio(self.eviction_ratio, n)
     }
 }
 
 /// `floor(n × ratio)`, at least 1 when the ratio is > 0 and `n` > 0 (LMCache's rule).
-pub fn keys_for_ratio(ratio: f64, n: usize) -> usize {
+pub(crate) fn keys_for_ratio(ratio: f64, n: usize) -> usize {
     if ratio <= 0.0 || n == 0 {
         return 0;
     }
@@ -383,7 +383,7 @@ pub fn keys_for_ratio(ratio: f64, n: usize) -> usize {
 }
 
 /// `ceil(bytes × ratio)`, at least 1 when the ratio is > 0 and `bytes` > 0.
-pub fn bytes_for_ratio(ratio: f64, bytes: u64) -> u64 {
+pub(crate) fn bytes_for_ratio(ratio: f64, bytes: u64) -> u64 {
     if ratio <= 0.0 || bytes == 0 {
         return 0;
     }

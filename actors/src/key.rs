@@ -18,7 +18,7 @@
 //! * An empty cache salt is no salt: `with_salt("")` returns the unsalted key (equal, same hash,
 //!   same name), as LMCache appends `@<salt>` only for a non-empty salt.
 //! * The seed format has no group field, so it can name only keys of group 0; keys of another
-//!   group fail [`ObjectKey::check_name_format`] and the backends refuse them.
+//!   group fail `ObjectKey::check_name_format` and the backends refuse them.
 
 use std::collections::{HashMap, HashSet};
 use std::fmt;
@@ -26,7 +26,7 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::Arc;
 
 use bytes::Bytes;
-use percent_encoding::{percent_decode_str, utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
+use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde::{Deserialize, Serialize};
 
 /// Longest cache salt accepted, in characters.
@@ -106,7 +106,7 @@ impl fmt::Display for NameFormat {
 /// The identity of one KV chunk. Cheap to clone: one reference-count increment.
 ///
 /// A 64-bit digest of all fields is computed once when the key is built, so hashing a key into
-/// the runtime's maps costs one `u64` (see [`KeyMap`]) and unequal keys usually compare unequal
+/// the runtime's maps costs one `u64` (see `KeyMap`) and unequal keys usually compare unequal
 /// at the first word.
 #[derive(Clone)]
 pub struct ObjectKey(Arc<KeyFields>);
@@ -173,14 +173,14 @@ impl Ord for ObjectKey {
 /// maintained crate for exactly this (a hasher for keys that already are hashes); it allows
 /// only types marked [`nohash_hasher::IsEnabled`] (ObjectKey and the integers), so a map whose
 /// keys would need a real hash does not compile with it.
-pub type BuildDigestHasher<K = ObjectKey> = nohash_hasher::BuildNoHashHasher<K>;
+pub(crate) type BuildDigestHasher<K = ObjectKey> = nohash_hasher::BuildNoHashHasher<K>;
 
 impl nohash_hasher::IsEnabled for ObjectKey {}
 
 /// A map keyed by [`ObjectKey`] with the digest hasher.
-pub type KeyMap<V> = HashMap<ObjectKey, V, BuildDigestHasher>;
+pub(crate) type KeyMap<V> = HashMap<ObjectKey, V, BuildDigestHasher>;
 /// A set of [`ObjectKey`]s with the digest hasher.
-pub type KeySet = HashSet<ObjectKey, BuildDigestHasher>;
+pub(crate) type KeySet = HashSet<ObjectKey, BuildDigestHasher>;
 
 impl ObjectKey {
     /// A key without salt in group 0. Fails on an empty or `@`-containing model or an empty hash.
@@ -264,7 +264,7 @@ impl ObjectKey {
     }
 
     /// The cache salt as a shared string, if any (used for per-salt accounting).
-    pub fn cache_salt_arc(&self) -> Option<&Arc<str>> {
+    pub(crate) fn cache_salt_arc(&self) -> Option<&Arc<str>> {
         self.0.cache_salt.as_ref()
     }
 
@@ -276,7 +276,7 @@ impl ObjectKey {
     /// Whether `format` can name this key: the seed format has no group field, so it names only
     /// keys of group 0 ([`KeyError::GroupNeedsGroupedFormat`] otherwise). Backends check this
     /// before any I/O, so two keys never share one object.
-    pub fn check_name_format(&self, format: NameFormat) -> Result<(), KeyError> {
+    pub(crate) fn check_name_format(&self, format: NameFormat) -> Result<(), KeyError> {
         match (format, self.0.object_group_id) {
             (NameFormat::Seed, g) if g != 0 => {
                 Err(KeyError::GroupNeedsGroupedFormat { object_group_id: g })
@@ -286,7 +286,7 @@ impl ObjectKey {
     }
 
     /// The object name in the given format. The seed format leaves out the group id, so check
-    /// [`ObjectKey::check_name_format`] first where that matters.
+    /// `ObjectKey::check_name_format` first where that matters.
     pub fn object_name(&self, format: NameFormat) -> String {
         use std::fmt::Write;
         let mut s = String::with_capacity(
@@ -420,7 +420,7 @@ impl From<&ObjectKey> for KeyView {
 }
 
 /// Checks a cache salt: at most 128 characters, none of `@ / \` or NUL.
-pub fn validate_salt(salt: &str) -> Result<(), KeyError> {
+pub(crate) fn validate_salt(salt: &str) -> Result<(), KeyError> {
     let chars = salt.chars().count();
     if chars > MAX_SALT_CHARS {
         return Err(KeyError::SaltTooLong { chars });
@@ -444,8 +444,9 @@ pub fn hf_encode(name: &str) -> String {
 }
 
 /// Reverses [`hf_encode`]; `None` when the result is not UTF-8.
-pub fn hf_decode(encoded: &str) -> Option<String> {
-    percent_decode_str(encoded)
+#[cfg(any(test, feature = "hfbucket"))]
+pub(crate) fn hf_decode(encoded: &str) -> Option<String> {
+    percent_encoding::percent_decode_str(encoded)
         .decode_utf8()
         .ok()
         .map(|c| c.into_owned())

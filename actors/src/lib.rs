@@ -15,21 +15,24 @@
 //! with their dependencies; `memory`, `fs` and `fault_inject` are always built.
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
-pub mod backend;
+mod backend;
 pub mod backends;
-pub mod breaker;
+#[cfg(any(feature = "s3", feature = "hfbucket"))]
+mod breaker;
 pub mod buffer;
 pub mod config;
-pub mod controller;
+mod controller;
 pub mod eviction;
 pub mod key;
 pub mod messages;
 pub mod metrics;
-pub mod retry;
+#[cfg(any(feature = "s3", feature = "hfbucket"))]
+mod retry;
 pub mod storage;
-pub mod task_results;
-pub mod worker_pool;
+mod task_results;
+mod worker_pool;
 
 pub use backend::BackendActor;
 pub use buffer::{HostRegion, LoadBuf, LoadTarget, StoreSource};
@@ -41,4 +44,3 @@ pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;
 pub use storage::{BackendError, ErrorKind, Storage, Verdict};
-pub use worker_pool::WorkerPool;

@@ -3,7 +3,7 @@
 //!
 //! Messages live **one module per actor**: this one for the backend actors (and so for the
 //! controller's forwarded operations); the controller's own messages (submitting without
-//! waiting, event channels, stopping) in [`crate::controller`]'s `messages.rs`; the eviction
+//! waiting, event channels, stopping) in `crate::controller`'s `messages.rs`; the eviction
 //! actor's own (attaching backends, stats, quotas, [`WhenIdle`](crate::eviction::WhenIdle))
 //! in [`crate::eviction`]'s `messages.rs`. Each is re-exported where its actor is.
 //!
@@ -12,7 +12,7 @@
 //! [`Delete`], [`GetUsage`], [`GetStatus`], [`ListKeys`], [`Verify`]). A backend replies for
 //! itself; the controller replies per adapter (or, for lookups and loads, merged across
 //! adapters). Backends also answer [`Evict`] (from the eviction actor) and
-//! [`SubscribeUsage`], and publish [`UsageEvent`]s to their subscribers (the eviction actor and
+//! `SubscribeUsage`, and publish [`UsageEvent`]s to their subscribers (the eviction actor and
 //! the controller, which relays them to host channels); a `Deleted` event carries its
 //! [`DeleteCause`].
 
@@ -93,7 +93,7 @@ impl fmt::Display for Bitmap {
 /// Write every object under its key. Objects must be whole chunks; an empty object is rejected.
 ///
 /// Objects are [`Bytes`]: host memory becomes `Bytes` without a copy through
-/// [`crate::buffer::store_bytes`] or [`crate::buffer::lend_sources`].
+/// `crate::buffer::store_bytes` or [`crate::buffer::lend_sources`].
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "StoreReport")]
 pub struct Store {
@@ -528,7 +528,7 @@ impl DeleteCause {
 /// Register another recipient of a backend's [`UsageEvent`]s.
 #[derive(Message)]
 #[rtype(result = "()")]
-pub struct SubscribeUsage(pub Recipient<UsageEvent>);
+pub(crate) struct SubscribeUsage(pub Recipient<UsageEvent>);
 
 fn ser_key<S: serde::Serializer>(k: &ObjectKey, s: S) -> Result<S::Ok, S::Error> {
     crate::key::KeyView::from(k).serialize(s)

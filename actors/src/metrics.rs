@@ -13,7 +13,7 @@
 //!   histogram observation per request, not per key).
 //! * **Bounded label sets.** Labels come from fixed vocabularies (operation, error kind,
 //!   breaker state, Hub route, retry cause) and the configured adapters, except the cache salt:
-//!   [`AdapterMetrics::set_salt_usage`] keeps at most [`MAX_SALT_SERIES`] salts (the largest by
+//!   [`AdapterMetrics::set_salt_usage`] keeps at most 16 salts (the largest by
 //!   bytes) and sums the rest into `cache_salt="_other"`; salts that leave the top are removed.
 //! * **Names are pinned** by a unit test (`metrics_names` in this file); LMCache MP's
 //!   equivalents are listed in docs/metrics.md. A labelled family shows in the exposition once it
@@ -34,11 +34,11 @@ use prometheus_client::registry::{Registry, Unit};
 use crate::storage::ErrorKind;
 
 /// Most cache salts given a series of their own in `kvtier_usage_bytes_by_salt`.
-pub const MAX_SALT_SERIES: usize = 16;
+pub(crate) const MAX_SALT_SERIES: usize = 16;
 
 /// The label set of one adapter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AdapterLabels {
+pub(crate) struct AdapterLabels {
     /// Position of the adapter in the configuration.
     pub adapter: String,
     /// Its type (`s3`, `hfbucket`, `fs`, `memory`, `fault_inject`).
@@ -49,7 +49,7 @@ pub struct AdapterLabels {
 
 /// An adapter's labels and one more (operation, error kind, route, cause, result or salt).
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub struct WithLabel {
+pub(crate) struct WithLabel {
     adapter: AdapterLabels,
     label: (&'static str, String),
 }
@@ -424,7 +424,7 @@ pub struct Started {
 
 impl Started {
     /// Attaches the request's span (see [`Started::outcome`]).
-    pub fn with_span(mut self, span: tracing::Span) -> Self {
+    pub(crate) fn with_span(mut self, span: tracing::Span) -> Self {
         self.span = span;
         self
     }
@@ -448,7 +448,7 @@ impl AdapterMetrics {
     }
 
     /// Whether series are recorded.
-    pub fn is_on(&self) -> bool {
+    pub(crate) fn is_on(&self) -> bool {
         self.0.is_some()
     }
 
@@ -574,14 +574,14 @@ impl AdapterMetrics {
     }
 
     /// The number of locked keys now.
-    pub fn set_locked(&self, keys: usize) {
+    pub(crate) fn set_locked(&self, keys: usize) {
         if let Some(h) = &self.0 {
             h.locked_keys.set(keys as i64);
         }
     }
 
     /// The ledger's totals now, and the capacity.
-    pub fn set_usage(&self, bytes: u64, keys: usize, capacity: u64) {
+    pub(crate) fn set_usage(&self, bytes: u64, keys: usize, capacity: u64) {
         if let Some(h) = &self.0 {
             h.usage_bytes.set(bytes as i64);
             h.usage_keys.set(keys as i64);
@@ -624,7 +624,7 @@ impl AdapterMetrics {
     }
 
     /// The circuit breaker is in `state` (0 closed, 1 open, 2 half-open) and the adapter is
-    /// `healthy` or not (the breaker closed and no known problem, see [`crate::breaker`]).
+    /// `healthy` or not (the breaker closed and no known problem, see `crate::breaker`).
     pub fn breaker(&self, state: i64, healthy: bool) {
         if let Some(h) = &self.0 {
             if h.breaker_state.set(state) != state {

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 /// The numbers of a retry policy. See the module docs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct RetryPolicy {
+pub(crate) struct RetryPolicy {
     /// Attempts per request, the first included.
     pub max_attempts: u32,
     /// The cap of the first retry's backoff (doubled for every further retry).
@@ -50,17 +50,17 @@ pub struct RetryPolicy {
 
 /// The default of `retry_timeout_secs` (s3 and hfbucket): 120 s, two of S3's 60 s attempts,
 /// and below `object_store`'s 180 s.
-pub const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const DEFAULT_RETRY_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// [`DEFAULT_RETRY_TIMEOUT`] in seconds (the serde default of `retry_timeout_secs`).
-pub fn default_retry_timeout_secs() -> f64 {
+pub(crate) fn default_retry_timeout_secs() -> f64 {
     DEFAULT_RETRY_TIMEOUT.as_secs_f64()
 }
 
 impl RetryPolicy {
     /// S3: 3 attempts, backoff up to 1 s × 2ⁿ⁻¹ (at most 20 s) as the AWS SDK's standard
     /// strategy, `Retry-After` up to 20 s, one retry after a timeout.
-    pub const S3: RetryPolicy = RetryPolicy {
+    pub(crate) const S3: RetryPolicy = RetryPolicy {
         max_attempts: 3,
         initial_backoff: Duration::from_secs(1),
         max_backoff: Duration::from_secs(20),
@@ -71,7 +71,7 @@ impl RetryPolicy {
 
     /// The Hub: 5 attempts, backoff up to 200 ms × 2ⁿ⁻¹ (at most 10 s), `Retry-After` up to
     /// 10 s, one retry after a timeout.
-    pub const HUB: RetryPolicy = RetryPolicy {
+    pub(crate) const HUB: RetryPolicy = RetryPolicy {
         max_attempts: 5,
         initial_backoff: Duration::from_millis(200),
         max_backoff: Duration::from_secs(10),
@@ -81,18 +81,18 @@ impl RetryPolicy {
     };
 
     /// This policy with the total deadline `retry_timeout`.
-    pub const fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
+    pub(crate) const fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
         self.retry_timeout = retry_timeout;
         self
     }
 
     /// The backoff before retry `n` (1-based): full jitter under the cap.
-    pub fn backoff(&self, n: u32) -> Duration {
+    pub(crate) fn backoff(&self, n: u32) -> Duration {
         self.backoff_cap(n).mul_f64(rand::random::<f64>())
     }
 
     /// The cap of retry `n`'s backoff.
-    pub fn backoff_cap(&self, n: u32) -> Duration {
+    pub(crate) fn backoff_cap(&self, n: u32) -> Duration {
         self.initial_backoff
             .saturating_mul(1u32 << n.saturating_sub(1).min(16))
             .min(self.max_backoff)
@@ -101,7 +101,7 @@ impl RetryPolicy {
 
 /// How one attempt failed, as far as retrying is concerned.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// No answer: the connection failed (refused, reset, DNS, TLS, a body cut off).
     Connection,
     /// No complete answer within the attempt timeout.
@@ -112,7 +112,7 @@ pub enum Outcome {
 
 impl Outcome {
     /// Its label in the retry metric (`kvtier_retries_total{cause}`).
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Outcome::Connection => "connection",
             Outcome::TimedOut => "timeout",
@@ -124,13 +124,13 @@ impl Outcome {
 }
 
 /// Whether an answer with `status` is worth another attempt: 408, 429 and 5xx.
-pub fn retryable_status(status: u16) -> bool {
+pub(crate) fn retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || (500..=599).contains(&status)
 }
 
 /// One request's attempts under a policy.
 #[derive(Debug)]
-pub struct Attempts {
+pub(crate) struct Attempts {
     policy: RetryPolicy,
     idempotent: bool,
     /// Attempts made so far.
@@ -144,7 +144,7 @@ pub struct Attempts {
 
 impl Attempts {
     /// The first attempt of a request; `idempotent` requests may be retried after a timeout.
-    pub fn new(policy: RetryPolicy, idempotent: bool) -> Self {
+    pub(crate) fn new(policy: RetryPolicy, idempotent: bool) -> Self {
         Self {
             policy,
             idempotent,
@@ -156,7 +156,7 @@ impl Attempts {
     }
 
     /// What is left of the request's deadline.
-    pub fn remaining(&self) -> Duration {
+    pub(crate) fn remaining(&self) -> Duration {
         self.policy
             .retry_timeout
             .saturating_sub(self.started.elapsed())
@@ -164,18 +164,18 @@ impl Attempts {
 
     /// The timeout of the next attempt: `per_attempt`, or what is left of the deadline when
     /// that is less.
-    pub fn attempt_timeout(&self, per_attempt: Duration) -> Duration {
+    pub(crate) fn attempt_timeout(&self, per_attempt: Duration) -> Duration {
         per_attempt.min(self.remaining())
     }
 
     /// Whether the request was given up because its deadline passed (an attempt cut short by
     /// it, or a retry that would have started after it).
-    pub fn deadline_passed(&self) -> bool {
+    pub(crate) fn deadline_passed(&self) -> bool {
         self.deadline_passed || self.remaining().is_zero()
     }
 
     /// The final error's message, with the deadline named when it is why the request ended.
-    pub fn give_up(&self, error: String) -> String {
+    pub(crate) fn give_up(&self, error: String) -> String {
         if self.deadline_passed() {
             format!(
                 "{error}; gave up after {} attempt(s): the request's deadline passed (retry_timeout_secs = {}s)",
@@ -188,14 +188,18 @@ impl Attempts {
     }
 
     /// The attempt under way (1-based).
-    pub fn number(&self) -> u32 {
+    pub(crate) fn number(&self) -> u32 {
         self.made
     }
 
     /// After attempt [`Attempts::number`] failed with `outcome`: the wait before the next
     /// attempt, or `None` when the failure is final (not retryable, or no attempts left).
     /// `retry_after` is the server's `Retry-After`, if it sent one.
-    pub fn next(&mut self, outcome: Outcome, retry_after: Option<Duration>) -> Option<Duration> {
+    pub(crate) fn next(
+        &mut self,
+        outcome: Outcome,
+        retry_after: Option<Duration>,
+    ) -> Option<Duration> {
         let retryable = match outcome {
             Outcome::Connection => true,
             Outcome::TimedOut => {
@@ -225,7 +229,7 @@ impl Attempts {
 
 /// A `Retry-After` value: delay seconds (`120`, also `1.5`) or an HTTP date (the wait until
 /// then, zero when it has passed). `None` when it parses as neither.
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     let v = value.trim();
     if let Ok(secs) = v.parse::<f64>() {
         return (secs.is_finite() && secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9)));

@@ -10,7 +10,7 @@
 //! Work that takes time is returned as a pending [`Io`]. When it resolves, the actor applies its
 //! result on its own thread, and a storage that keeps state (a circuit breaker, a metadata
 //! cache, a credential signer) gets `&mut` access to itself at that moment through
-//! [`Io::then`] / [`Io::pending_then`], running where the actor already holds the storage, so
+//! [`Io::then`] / `Io::pending_then`, running where the actor already holds the storage, so
 //! no lock. Request futures may also share state with their storage; each storage's module
 //! docs name exactly what: the `s3` storage's share a semaphore, one atomic (when the bucket
 //! was last seen), and on its direct path a channel on which a request whose credentials were
@@ -63,8 +63,9 @@ impl<T: 'static> Io<T> {
         })))
     }
 
+    #[cfg(any(feature = "s3", feature = "hfbucket"))]
     /// A future's output `A`, finished into `T` by `then` on the storage `S` that made it.
-    pub fn pending_then<S: Any, A: 'static>(
+    pub(crate) fn pending_then<S: Any, A: 'static>(
         fut: impl Future<Output = A> + 'static,
         then: impl FnOnce(&mut S, A) -> T + 'static,
     ) -> Self {
@@ -227,7 +228,10 @@ impl BackendError {
     }
 
     /// Keeps `source` as the underlying error (shown by `Error::source`, not in the message).
-    pub fn with_source(mut self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+    pub(crate) fn with_source(
+        mut self,
+        source: impl std::error::Error + Send + Sync + 'static,
+    ) -> Self {
         self.source = Some(std::sync::Arc::new(source));
         self
     }
@@ -238,7 +242,7 @@ impl BackendError {
     }
 
     /// A local I/O error, kept as the source; its kind follows the `io::ErrorKind`.
-    pub fn from_io(op: &'static str, err: std::io::Error) -> Self {
+    pub(crate) fn from_io(op: &'static str, err: std::io::Error) -> Self {
         use std::io::ErrorKind as K;
         let kind = match err.kind() {
             K::NotFound => ErrorKind::NotFound,
@@ -273,10 +277,11 @@ impl BackendError {
         Self::new(ErrorKind::Worker, op, message)
     }
 
+    #[cfg(any(feature = "s3", feature = "hfbucket"))]
     /// Whether this failure says something about the store's health, for a circuit breaker:
     /// the store could not be reached, did not answer in time, or kept answering 5xx or
     /// throttling after the retries (see [`crate::breaker`]).
-    pub fn counts_against_store(&self) -> bool {
+    pub(crate) fn counts_against_store(&self) -> bool {
         matches!(
             self.kind,
             ErrorKind::Connection
@@ -351,8 +356,9 @@ impl std::error::Error for BackendError {
     }
 }
 
+#[cfg(any(feature = "s3", feature = "hfbucket"))]
 /// The kind of failure an HTTP status stands for (S3 and the Hub alike).
-pub fn status_kind(status: u16) -> ErrorKind {
+pub(crate) fn status_kind(status: u16) -> ErrorKind {
     match status {
         401 | 403 => ErrorKind::Permission,
         404 => ErrorKind::NotFound,
@@ -436,7 +442,7 @@ pub trait Storage: Any + Send + Unpin {
     /// Probes sizes: `Some(size)` when present, `None` when absent. `known[i]` is the size the
     /// actor's ledger holds for `keys[i]` (`None`: not in the ledger); a storage whose ledger is
     /// authoritative (a single writer, or a size cache that cannot go stale) may answer from it
-    /// without a request; see [`answer_known`]. The keys are borrowed: a storage clones only
+    /// without a request; see `answer_known`. The keys are borrowed: a storage clones only
     /// those it must probe.
     fn head(
         &mut self,
@@ -507,7 +513,7 @@ pub trait Storage: Any + Send + Unpin {
 
 /// Answers the keys the ledger knows from their known sizes, and the others with `probe`
 /// (called only when some key is unknown); results keep input order.
-pub fn answer_known(
+pub(crate) fn answer_known(
     keys: &[ObjectKey],
     known: &[Option<u64>],
     probe: impl FnOnce(Vec<ObjectKey>) -> Io<Vec<Result<Option<u64>, BackendError>>>,

@@ -16,11 +16,11 @@ use std::collections::BTreeMap;
 use crate::controller::{OpResult, TaskId};
 
 /// How many unclaimed results the controller keeps before dropping the oldest.
-pub const DEFAULT_UNCLAIMED_RESULTS: usize = 4096;
+pub(crate) const DEFAULT_UNCLAIMED_RESULTS: usize = 4096;
 
 /// Finished results by task id, bounded. Owned by the controller actor.
 #[derive(Debug)]
-pub struct TaskResults {
+pub(crate) struct TaskResults {
     results: BTreeMap<TaskId, OpResult>,
     capacity: usize,
     dropped: u64,
@@ -34,7 +34,7 @@ impl Default for TaskResults {
 
 impl TaskResults {
     /// An empty store keeping at most `capacity` unclaimed results (at least 1).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             results: BTreeMap::new(),
             capacity: capacity.max(1),
@@ -43,7 +43,7 @@ impl TaskResults {
     }
 
     /// Keeps the result of `task`, dropping the oldest unclaimed one when full.
-    pub fn insert(&mut self, task: TaskId, result: OpResult) {
+    pub(crate) fn insert(&mut self, task: TaskId, result: OpResult) {
         self.results.insert(task, result);
         while self.results.len() > self.capacity {
             let Some((old, _)) = self.results.pop_first() else {
@@ -61,22 +61,25 @@ impl TaskResults {
 
     /// Removes and returns the result of `task`; `None` when it has not finished, was already
     /// taken, was dropped, or never existed.
-    pub fn take(&mut self, task: TaskId) -> Option<OpResult> {
+    pub(crate) fn take(&mut self, task: TaskId) -> Option<OpResult> {
         self.results.remove(&task)
     }
 
+    #[cfg(test)]
     /// Number of unclaimed results.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.results.len()
     }
 
+    #[cfg(test)]
     /// True when no result is waiting.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.results.is_empty()
     }
 
+    #[cfg(test)]
     /// Results dropped unclaimed so far.
-    pub fn dropped(&self) -> u64 {
+    pub(crate) fn dropped(&self) -> u64 {
         self.dropped
     }
 }

@@ -26,7 +26,7 @@ type Job = Box<dyn FnOnce() + Send>;
 /// A pool of worker threads for blocking jobs (see the module docs). Cheap to clone: clones
 /// share the threads, and the last one to go joins them.
 #[derive(Debug, Clone)]
-pub struct WorkerPool {
+pub(crate) struct WorkerPool {
     shared: Arc<Shared>,
 }
 
@@ -41,7 +41,7 @@ impl WorkerPool {
     ///
     /// # Panics
     /// If the operating system refuses to create a thread.
-    pub fn start(threads: usize) -> WorkerPool {
+    pub(crate) fn start(threads: usize) -> WorkerPool {
         let (tx, rx) = flume::unbounded::<Job>();
         let threads = (0..threads.max(1))
             .map(|i| {
@@ -62,11 +62,6 @@ impl WorkerPool {
                 threads,
             }),
         }
-    }
-
-    /// How many threads the pool has.
-    pub fn threads(&self) -> usize {
-        self.shared.threads.len()
     }
 
     /// Queues `job`; false when the pool has stopped taking jobs.
@@ -95,21 +90,21 @@ impl Drop for Shared {
 /// A job panicked or its pool is gone.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("worker job failed: {reason}")]
-pub struct JobFailed {
+pub(crate) struct JobFailed {
     /// The panic message, or why the job never ran.
     pub reason: String,
 }
 
 impl JobFailed {
     /// This failure as the [`BackendError`](crate::BackendError) of operation `op`.
-    pub fn backend_error(&self, op: &'static str) -> crate::BackendError {
+    pub(crate) fn backend_error(&self, op: &'static str) -> crate::BackendError {
         crate::BackendError::worker(op, self.reason.clone())
     }
 }
 
 /// Runs `f` on one of the pool's threads and resolves to its value, or to [`JobFailed`] if it
 /// panicked or the pool is gone.
-pub async fn run_on<R: Send + 'static>(
+pub(crate) async fn run_on<R: Send + 'static>(
     pool: &WorkerPool,
     f: impl FnOnce() -> R + Send + 'static,
 ) -> Result<R, JobFailed> {
@@ -138,7 +133,7 @@ pub async fn run_on<R: Send + 'static>(
 
 /// Runs `work(ctx, item)` for every item, spread over `workers` jobs on the pool, keeping input
 /// order. `failed(i, err)` stands in for item `i` when its job dies (panic or pool gone).
-pub fn fan_out<C, I, O>(
+pub(crate) fn fan_out<C, I, O>(
     pool: &WorkerPool,
     workers: usize,
     ctx: std::sync::Arc<C>,

@@ -74,7 +74,7 @@ use write_queue::WriteQueue;
 const SALT_SERIES_PERIOD: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Default page size for [`ListKeys`].
-pub const DEFAULT_PAGE_SIZE: usize = 500;
+pub(crate) const DEFAULT_PAGE_SIZE: usize = 500;
 
 /// The actor for one adapter. See the module docs.
 pub struct BackendActor {

@@ -59,7 +59,7 @@ pub struct Submit(pub Op);
 
 /// Take the result of a [`Submit`]ted operation: `Some` exactly once, after it finished;
 /// `None` before that, after it was taken, for an unknown id, or when it was dropped unclaimed
-/// (see [`crate::task_results`]).
+/// (see `crate::task_results`).
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Option<OpResult>")]
 pub struct TakeResult(pub TaskId);

@@ -18,9 +18,6 @@ use crate::backend::BackendActor;
 use crate::config::{EvictionConfig, EvictionPolicy as PolicyName};
 use crate::messages::{AdapterIndex, Evict, GetUsage, UsageEvent, UsageEventKind};
 
-/// Default period of the timer check.
-pub const DEFAULT_CHECK_INTERVAL: Duration = Duration::from_secs(1);
-
 /// Eviction settings of one adapter.
 #[derive(Debug, Clone)]
 pub struct EvictionTarget {

@@ -30,7 +30,7 @@ fn list() -> List {
 }
 
 /// The ARC policy. No settings of its own (the `eviction` table decides when and how much).
-pub struct Arc {
+pub(super) struct Arc {
     t1: List,
     t2: List,
     b1: List,
@@ -55,13 +55,15 @@ impl Default for Arc {
 }
 
 impl Arc {
+    #[cfg(test)]
     /// `p`, the target size of `T1` (for tests and diagnostics).
-    pub fn target_t1(&self) -> f64 {
+    pub(super) fn target_t1(&self) -> f64 {
         self.p
     }
 
+    #[cfg(test)]
     /// Sizes of `T1`, `T2`, `B1`, `B2` (for tests and diagnostics).
-    pub fn list_sizes(&self) -> [usize; 4] {
+    pub(super) fn list_sizes(&self) -> [usize; 4] {
         [self.t1.len(), self.t2.len(), self.b1.len(), self.b2.len()]
     }
 

@@ -98,33 +98,33 @@ use crate::messages::{DeleteCause, EvictGroup};
 
 /// The default bonus of one use beyond the first, in capacities of clock (see the module
 /// docs; `eviction.flru_bonus_per_use` changes it).
-pub const BONUS_PER_USE: f64 = 0.4;
+pub(super) const BONUS_PER_USE: f64 = 0.4;
 
 /// The largest use count that earns a bonus: a key used this often is as safe as it gets, so a
 /// key that was hot once and then never again leaves after at most
 /// `bonus × (MAX_USES − 1)` capacities of clock.
-pub const MAX_USES: u8 = 16;
+pub(super) const MAX_USES: u8 = 16;
 
 /// The history keeps the use counts of up to this many times `capacity` departed keys per
 /// generation (two generations).
-pub const HISTORY_FACTOR: usize = 16;
+pub(super) const HISTORY_FACTOR: usize = 16;
 
 /// The smallest history generation, in names.
-pub const MIN_HISTORY: usize = 4096;
+pub(super) const MIN_HISTORY: usize = 4096;
 
 /// The shadows rank the keys whose digest is a multiple of this, in a tier this many times
 /// smaller than the real one.
-pub const SHADOW_SAMPLE: u64 = 16;
+pub(super) const SHADOW_SAMPLE: u64 = 16;
 
 /// A shadow's hit count decays by `1 / (SHADOW_HORIZON × shadow capacity)` per sampled use, so
 /// it reflects about the last `SHADOW_HORIZON` tier-fulls of traffic.
-pub const SHADOW_HORIZON: f64 = 8.0;
+pub(super) const SHADOW_HORIZON: f64 = 8.0;
 
 /// Another placement replaces LRU placement only when its shadow has this much more (relative)
 /// recent hits: LRU placement is the one that is never below LRU, so a noisy lead does not move
 /// the tier off it (on a trace whose workload changes halfway, a margin of 0 fell to 0.99× LRU
 /// at 40 %; docs/benchmarks.md, "Eviction policies").
-pub const SHADOW_MARGIN: f64 = 0.05;
+pub(super) const SHADOW_MARGIN: f64 = 0.05;
 
 /// One touch of the clock, in priority units (fine enough that a small capacity's fraction of
 /// a tick still counts).
@@ -144,7 +144,7 @@ const BASE: u64 = 1 << 56;
 /// forgotten in roughly the order they were written. A digest collision merges two keys' counts,
 /// which only shifts a priority.
 #[derive(Debug, Default)]
-pub struct History {
+pub(super) struct History {
     current: HashMap<u64, Seen>,
     previous: HashMap<u64, Seen>,
 }
@@ -177,20 +177,22 @@ impl History {
         self.current.insert(digest, seen);
     }
 
+    #[cfg(test)]
     /// Names remembered.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.current.len() + self.previous.len()
     }
 
+    #[cfg(test)]
     /// True when no name is remembered.
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }
 
 /// Where a key goes in the order on its first known use (no count in the history).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(super) enum Placement {
     /// At its touch, as LRU places it.
     Recent,
     /// One capacity of clock before its touch.
@@ -202,7 +204,7 @@ pub enum Placement {
 
 /// What orders a tier (the real one or a shadow).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(super) enum Mode {
     /// FLRU's priority, new keys placed so.
     Flru(Placement),
     /// The estimated request rate, discounted by silence (module docs, "Rates"); new keys are
@@ -212,7 +214,7 @@ pub enum Mode {
 
 /// The uses a key is credited with before its first in `Rates` mode (`a` in the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RatePrior {
+pub(super) enum RatePrior {
     /// [`RATE_PRIOR_USES_LOW`]: a new key ranks far below a key used twice.
     Low,
     /// [`RATE_PRIOR_USES_HIGH`]: a new key ranks as a key used a few times.
@@ -221,7 +223,7 @@ pub enum RatePrior {
 
 impl RatePrior {
     /// The prior in uses.
-    pub fn uses(self) -> f64 {
+    pub(super) fn uses(self) -> f64 {
         match self {
             RatePrior::Low => RATE_PRIOR_USES_LOW,
             RatePrior::High => RATE_PRIOR_USES_HIGH,
@@ -242,7 +244,7 @@ impl Mode {
 /// The modes the shadows compare with `eviction.flru_admission = "adaptive"`, in order of
 /// preference on a tie (the first, LRU placement, is the baseline the others need a margin
 /// over).
-pub const MODES: [Mode; 5] = [
+pub(super) const MODES: [Mode; 5] = [
     Mode::Flru(Placement::Recent),
     Mode::Flru(Placement::Demoted),
     Mode::Flru(Placement::Last),
@@ -251,30 +253,30 @@ pub const MODES: [Mode; 5] = [
 ];
 
 /// The rate order with the low prior alone, without shadows (`flru_admission = "rates"`).
-pub const RATE_LOW_MODE: [Mode; 1] = [MODES[3]];
+pub(super) const RATE_LOW_MODE: [Mode; 1] = [MODES[3]];
 
 /// `Rates`: the low prior ([`RatePrior::Low`]).
-pub const RATE_PRIOR_USES_LOW: f64 = 0.1;
+pub(super) const RATE_PRIOR_USES_LOW: f64 = 0.1;
 
 /// `Rates`: the high prior ([`RatePrior::High`]).
-pub const RATE_PRIOR_USES_HIGH: f64 = 3.0;
+pub(super) const RATE_PRIOR_USES_HIGH: f64 = 3.0;
 
 /// `Rates`: capacities of clock added to a key's age in its rate (`β` in the module docs), so a
 /// young key's few uses do not make a high rate.
-pub const RATE_PRIOR_CAPACITIES: f64 = 2.0;
+pub(super) const RATE_PRIOR_CAPACITIES: f64 = 2.0;
 
 /// `Rates`: how many expected uses a key may miss before its score has fallen by `1/e` (`k` in
 /// the module docs).
-pub const RATE_SILENCE: f64 = 0.7;
+pub(super) const RATE_SILENCE: f64 = 0.7;
 
 /// `Rates`: the real tier's rate order is recomputed once this share of a capacity of touches
 /// has passed since the last one (keys touched since are not offered until then).
-pub const RATE_REFRESH: f64 = 1.0 / 64.0;
+pub(super) const RATE_REFRESH: f64 = 1.0 / 64.0;
 
 /// `Rates`: the real tier's rate order holds the lowest `capacity / 16` keys and this many
 /// more (four times what one refresh period evicts, plus two rounds' spares for locked keys);
 /// when a round finds none of them left to offer, the order is recomputed.
-pub const RATE_ORDER_EXTRA: usize = 2 * super::EXTRA_CANDIDATES;
+pub(super) const RATE_ORDER_EXTRA: usize = 2 * super::EXTRA_CANDIDATES;
 
 #[derive(Debug, Clone, Copy)]
 struct Entry {
@@ -511,7 +513,7 @@ struct RateOrder {
 
 /// The FLRU policy. Its settings are the bonus per use (`eviction.flru_bonus_per_use`) and
 /// which modes shadows choose from (`eviction.flru_admission`).
-pub struct Flru {
+pub(super) struct Flru {
     ranking: Ranking<ObjectKey>,
     shadows: Option<Shadows>,
     capacity: usize,
@@ -533,7 +535,7 @@ impl Flru {
     /// (0: plain LRU order), in the mode whose shadow finds the most hits among `modes` (its
     /// first is the baseline). With one mode there are no shadows and that mode is always in
     /// force; with none, [`Mode::Flru`] with [`Placement::Recent`].
-    pub fn new(bonus_per_use: f64, modes: &[Mode]) -> Self {
+    pub(super) fn new(bonus_per_use: f64, modes: &[Mode]) -> Self {
         Self {
             ranking: Ranking::default(),
             shadows: (modes.len() > 1).then(|| Shadows::new(modes)),
@@ -548,23 +550,25 @@ impl Flru {
         }
     }
 
+    #[cfg(test)]
     /// The history of departed keys (for tests and diagnostics).
-    pub fn history(&self) -> &History {
+    pub(super) fn history(&self) -> &History {
         &self.ranking.history
     }
 
+    #[cfg(test)]
     /// The use count the policy holds for a tracked key.
-    pub fn uses(&self, key: &ObjectKey) -> Option<u8> {
+    pub(super) fn uses(&self, key: &ObjectKey) -> Option<u8> {
         self.ranking.resident.get(key).map(|e| e.uses)
     }
 
     /// The mode in force: what orders the tier and where new keys go.
-    pub fn mode(&self) -> Mode {
+    pub(super) fn mode(&self) -> Mode {
         self.shadows.as_ref().map_or(self.fixed, Shadows::best)
     }
 
     /// Where keys stored for the first time go now in the FLRU order.
-    pub fn placement(&self) -> Placement {
+    pub(super) fn placement(&self) -> Placement {
         self.mode().placement()
     }
 

@@ -29,20 +29,13 @@ type List = LruCache<ObjectKey, (), BuildDigestHasher>;
 
 /// The IsolatedLRU policy. Its settings are the `eviction` table's, quotas included.
 #[derive(Default)]
-pub struct IsolatedLru {
+pub(super) struct IsolatedLru {
     per_salt: HashMap<String, List>,
     len: usize,
 }
 
 fn salt(key: &ObjectKey) -> &str {
     key.cache_salt().unwrap_or("")
-}
-
-impl IsolatedLru {
-    /// Keys tracked under `salt`.
-    pub fn salt_len(&self, salt: &str) -> usize {
-        self.per_salt.get(salt).map_or(0, |l| l.len())
-    }
 }
 
 impl EvictionPolicy for IsolatedLru {

@@ -16,7 +16,7 @@ use crate::messages::DeleteCause;
 /// The LRU policy. It has no settings of its own: when and how much to evict is decided by the
 /// adapter's `eviction` table (`trigger_watermark`, `eviction_ratio`, `eviction_unit`), as in
 /// LMCache.
-pub struct Lru {
+pub(super) struct Lru {
     order: LruCache<ObjectKey, (), BuildDigestHasher>,
 }
 

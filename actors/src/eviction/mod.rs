@@ -1,15 +1,15 @@
-//! The eviction actor, and the eviction policies (one file each, behind [`EvictionPolicy`]).
+//! The eviction actor, and the eviction policies (one file each, behind `EvictionPolicy`).
 //!
 //! It subscribes to the usage events of every backend whose adapter has an `eviction` policy
 //! (and a capacity, except for `IsolatedLRU`, which is driven by quotas). Per adapter it keeps a
 //! [`PolicyState`]: the policy (recency, frequency, whatever it orders by), fed by the events
-//! in the order the backend published them, and a [`SizeBook`] of the tracked keys' sizes and
+//! in the order the backend published them, and a `SizeBook` of the tracked keys' sizes and
 //! per-salt bytes built from the same events. The adapter's total usage is the backend's: every
 //! event carries the ledger's total, and after a round it asks with [`GetUsage`](crate::messages::GetUsage). The size book
 //! only mirrors the event stream (for byte budgets and per-salt quotas); it is never reconciled
 //! against the ledger, because the events are the ledger's changes in order.
 //!
-//! A round is planned by the policy ([`EvictionPolicy::plan`]); the global policies (`LRU`,
+//! A round is planned by the policy (`EvictionPolicy::plan`); the global policies (`LRU`,
 //! `ARC`, `FLRU`) follow LMCache's watermark rule: when usage reaches
 //! `trigger_watermark × capacity`, remove `floor(n × eviction_ratio)` keys (at least 1 when the
 //! ratio is > 0), or with `eviction_unit = "bytes"` keys until `ceil(used × ratio)` bytes are
@@ -29,18 +29,19 @@
 //! (the messages only this actor answers), and one file per policy.
 
 mod actor;
-pub mod arc;
-pub mod flru;
-pub mod isolated_lru;
-pub mod lru;
+mod arc;
+mod flru;
+mod isolated_lru;
+mod lru;
 mod messages;
-pub mod noop;
+mod noop;
 mod policy;
 mod state;
 
-pub use actor::{EvictionActor, EvictionStats, EvictionTarget, DEFAULT_CHECK_INTERVAL};
+pub use actor::{EvictionActor, EvictionStats, EvictionTarget};
 pub use messages::{
     AttachBackend, GetEvictionStats, GetLruOrder, GetQuotas, QuotaError, SetQuota, WhenIdle,
 };
-pub use policy::{global_round, policy, ratio_group, EvictionPolicy, Pressure, EXTRA_CANDIDATES};
-pub use state::{PolicyState, SizeBook};
+pub(crate) use policy::{global_round, ratio_group, EvictionPolicy, Pressure, EXTRA_CANDIDATES};
+pub use state::PolicyState;
+pub(crate) use state::SizeBook;

@@ -6,7 +6,7 @@ use crate::messages::{DeleteCause, EvictGroup};
 
 /// The policy that never evicts. No settings.
 #[derive(Debug, Default)]
-pub struct Noop;
+pub(super) struct Noop;
 
 impl EvictionPolicy for Noop {
     fn name(&self) -> &'static str {

@@ -16,7 +16,7 @@ use crate::key::ObjectKey;
 use crate::messages::{DeleteCause, EvictGroup};
 
 /// How many candidates beyond a group's budget are offered, so locked keys can be skipped.
-pub const EXTRA_CANDIDATES: usize = 1024;
+pub(crate) const EXTRA_CANDIDATES: usize = 1024;
 
 /// What decides which keys go first. Fed with an adapter's usage events, in order (each batch
 /// in the order of the request that caused it); asked for a round's plan.
@@ -24,7 +24,7 @@ pub const EXTRA_CANDIDATES: usize = 1024;
 /// Invariants every policy keeps: a key is tracked from its first `on_stored` until its
 /// `on_removed`; `victims` names only tracked keys, each once, first victim first; `len` is
 /// the number of tracked keys. Unknown keys given to `on_accessed` or `on_removed` are ignored.
-pub trait EvictionPolicy: Send + 'static {
+pub(crate) trait EvictionPolicy: Send + 'static {
     /// The policy's name as configured (`LRU`, `ARC`, `IsolatedLRU`, `FLRU`, `noop`).
     fn name(&self) -> &'static str;
     /// Keys were written (or re-written), in request order. Their sizes are in the book.
@@ -52,7 +52,7 @@ pub trait EvictionPolicy: Send + 'static {
 
 /// What a plan is made from: the adapter's usage as the backend reported it and its settings.
 #[derive(Debug, Clone, Copy)]
-pub struct Pressure<'a> {
+pub(crate) struct Pressure<'a> {
     /// Bytes used (the backend ledger's total).
     pub used_bytes: u64,
     /// Capacity in bytes (0: no capacity).
@@ -63,7 +63,7 @@ pub struct Pressure<'a> {
 
 impl Pressure<'_> {
     /// True when usage is at or above `trigger_watermark × capacity` (never without capacity).
-    pub fn over_watermark(&self) -> bool {
+    pub(crate) fn over_watermark(&self) -> bool {
         self.capacity_bytes > 0
             && self.used_bytes as f64 >= self.config.trigger_watermark * self.capacity_bytes as f64
     }
@@ -77,7 +77,7 @@ impl Pressure<'_> {
 /// watermark would end (`watermark × capacity × (1 − ratio)`). Without that, small rounds (the
 /// 0.5 % of `FLRU`) fall behind a fast writer, one round per store batch, and the tier
 /// grows past its capacity. The `keys` unit keeps LMCache's rule exactly.
-pub fn global_round<'a>(
+pub(crate) fn global_round<'a>(
     victims: impl Iterator<Item = &'a ObjectKey>,
     tracked: usize,
     pressure: &Pressure<'_>,
@@ -100,7 +100,7 @@ pub fn global_round<'a>(
 
 /// One group over `victims`: `floor(keys × ratio)` keys (unit `keys`) or enough keys to free
 /// `ceil(bytes × ratio)` bytes (unit `bytes`), plus [`EXTRA_CANDIDATES`] spares for locked keys.
-pub fn ratio_group<'a>(
+pub(crate) fn ratio_group<'a>(
     victims: impl Iterator<Item = &'a ObjectKey>,
     keys: usize,
     bytes: u64,
@@ -149,7 +149,7 @@ pub fn ratio_group<'a>(
 }
 
 /// A new policy of the configured name, with the settings of its own that `config` holds.
-pub fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
+pub(super) fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
     match config.eviction_policy {
         PolicyName::Lru => Box::new(lru::Lru::default()),
         PolicyName::Arc => Box::new(arc::Arc::default()),

@@ -15,16 +15,16 @@ use crate::key::{KeyMap, ObjectKey};
 use crate::messages::{DeleteCause, EvictGroup};
 
 /// Sizes of the tracked keys and bytes per cache salt (`""` for unsalted keys), built from the
-/// usage events. Invariant: `salt_bytes(s)` is the sum of the sizes of the tracked keys of `s`.
+/// usage events. Invariant: the bytes recorded for salt `s` are the sum of the sizes of the tracked keys of `s`.
 #[derive(Debug, Default)]
-pub struct SizeBook {
+pub(crate) struct SizeBook {
     sizes: KeyMap<u64>,
     by_salt: HashMap<String, (u64, usize)>,
 }
 
 impl SizeBook {
     /// Records (or replaces) the size of a key.
-    pub fn insert(&mut self, key: &ObjectKey, size: u64) {
+    pub(crate) fn insert(&mut self, key: &ObjectKey, size: u64) {
         let old = self.sizes.insert(key.clone(), size);
         let e = self
             .by_salt
@@ -40,7 +40,7 @@ impl SizeBook {
     }
 
     /// Forgets a key; returns its size.
-    pub fn remove(&mut self, key: &ObjectKey) -> Option<u64> {
+    pub(crate) fn remove(&mut self, key: &ObjectKey) -> Option<u64> {
         let size = self.sizes.remove(key)?;
         let salt = key.cache_salt().unwrap_or("");
         if let Some(e) = self.by_salt.get_mut(salt) {
@@ -54,17 +54,12 @@ impl SizeBook {
     }
 
     /// The size of a tracked key.
-    pub fn size(&self, key: &ObjectKey) -> Option<u64> {
+    pub(crate) fn size(&self, key: &ObjectKey) -> Option<u64> {
         self.sizes.get(key).copied()
     }
 
-    /// Bytes of the tracked keys of `salt` (`""`: unsalted).
-    pub fn salt_bytes(&self, salt: &str) -> u64 {
-        self.by_salt.get(salt).map_or(0, |e| e.0)
-    }
-
     /// Every salt with tracked keys, with its bytes and key count, sorted by salt.
-    pub fn salts(&self) -> Vec<(&str, u64, usize)> {
+    pub(crate) fn salts(&self) -> Vec<(&str, u64, usize)> {
         let mut v: Vec<_> = self
             .by_salt
             .iter()
@@ -74,8 +69,9 @@ impl SizeBook {
         v
     }
 
+    #[cfg(test)]
     /// Bytes of every tracked key.
-    pub fn total_bytes(&self) -> u64 {
+    pub(crate) fn total_bytes(&self) -> u64 {
         self.by_salt.values().map(|e| e.0).sum()
     }
 }
@@ -167,10 +163,5 @@ impl PolicyState {
     /// True when nothing is tracked.
     pub fn is_empty(&self) -> bool {
         self.policy.is_empty()
-    }
-
-    /// The size book.
-    pub fn book(&self) -> &SizeBook {
-        &self.book
     }
 }

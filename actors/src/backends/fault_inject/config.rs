@@ -8,10 +8,10 @@ use serde::{Deserialize, Serialize};
 use crate::config::FieldError;
 
 /// Longest latency or timeout accepted, in milliseconds (10 minutes).
-pub const MAX_MS: u64 = 600_000;
+pub(crate) const MAX_MS: u64 = 600_000;
 
 /// The operations a storage performs, as named in the configuration and in the counters.
-pub const OPS: [&str; 5] = ["put", "head", "get", "remove", "list"];
+pub(crate) const OPS: [&str; 5] = ["put", "head", "get", "remove", "list"];
 
 /// One number per storage operation (`put`, `head`, `get`, `remove`, `list`), each defaulting to 0.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -36,7 +36,7 @@ pub struct PerOp<T> {
 }
 
 impl<T: Copy> PerOp<T> {
-    /// The values with their operation names, in [`OPS`] order.
+    /// The values with their operation names, in `OPS` order.
     pub fn named(&self) -> [(&'static str, T); 5] {
         [
             ("put", self.put),
@@ -74,7 +74,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    /// The latency of operation `op` (one of [`OPS`]), in milliseconds.
+    /// The latency of operation `op` (one of `OPS`), in milliseconds.
     pub fn of(&self, op: &str) -> u64 {
         let own = match op {
             "put" => self.put,

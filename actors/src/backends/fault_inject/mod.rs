@@ -50,7 +50,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
-pub use config::{FaultInjectConfig, Latency, PerOp, MAX_MS, OPS};
+pub use config::{FaultInjectConfig, Latency, PerOp};
 
 use crate::buffer::LoadBuf;
 use crate::key::ObjectKey;

@@ -8,7 +8,7 @@
 //! never survives in a name and every name ends in `.data`. Writes go to a temporary file
 //! that is renamed into place, so a crash never leaves a torn object; the backend actor sends
 //! one write of a key at a time, so the last write to reach the directory is the one the
-//! ledger records. All file I/O runs on a [`WorkerPool`]; batches are spread over its threads.
+//! ledger records. All file I/O runs on a `WorkerPool`; batches are spread over its threads.
 //!
 //! # Integrity
 //! With `checksum = "crc32c"` (the default) every object is written with the CRC32C of its

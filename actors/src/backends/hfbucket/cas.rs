@@ -47,7 +47,7 @@ fn malformed(hash: &str, what: impl std::fmt::Display) -> BackendError {
 /// it. Errors when the reconstruction does not decode to exactly that many bytes, and, with
 /// `verify`, when the decoded chunks' Merkle file hash (each chunk's BLAKE3 data hash, as
 /// Xet computes it on upload) is not `hash`: what the CAS sent is then not what was stored.
-pub fn read_direct(
+pub(super) fn read_direct(
     hub: &HubClient,
     token: &XetToken,
     hash: &str,

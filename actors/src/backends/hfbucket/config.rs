@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 use crate::config::{FieldError, Secret};
 
 /// The public Hub, used when neither `hf_endpoint` nor `HF_ENDPOINT` is set.
-pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
+pub(crate) const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
 const HANDLE_SCHEME: &str = "hf://buckets/";
 
 /// `type = "hfbucket"`.
@@ -312,7 +312,7 @@ impl BucketHandle {
     }
 
     /// The path of an object: the prefix, one `/`, then the percent-encoded object name.
-    pub fn object_path(&self, object_name: &str) -> String {
+    pub(crate) fn object_path(&self, object_name: &str) -> String {
         let encoded = crate::key::hf_encode(object_name);
         match &self.prefix {
             Some(p) => format!("{p}/{encoded}"),
@@ -405,7 +405,7 @@ impl HfBucketConfig {
 
     /// The token: the `token_env` variable when set and non-empty, else `token`. `env` looks a
     /// variable up (the process environment in production).
-    pub fn resolve_token(&self, env: impl Fn(&str) -> Option<String>) -> Option<Secret> {
+    pub(crate) fn resolve_token(&self, env: impl Fn(&str) -> Option<String>) -> Option<Secret> {
         match env(&self.token_env) {
             Some(v) if !v.trim().is_empty() => Some(Secret::new(v.trim())),
             _ => self.token.clone(),
@@ -413,7 +413,7 @@ impl HfBucketConfig {
     }
 
     /// The Hub base URL: `hf_endpoint`, else `HF_ENDPOINT` from `env`, else the public Hub.
-    pub fn resolve_endpoint(&self, env: impl Fn(&str) -> Option<String>) -> String {
+    pub(crate) fn resolve_endpoint(&self, env: impl Fn(&str) -> Option<String>) -> String {
         self.hf_endpoint
             .clone()
             .or_else(|| env("HF_ENDPOINT").filter(|e| !e.trim().is_empty()))

@@ -32,10 +32,6 @@ use crate::storage::{status_kind, BackendError, ErrorKind, Fetched};
 
 /// Most paths per `paths-info` request and lines per `batch` request.
 pub const MAX_PER_REQUEST: usize = 1000;
-/// Attempts for a request answered 408, 429 or 5xx, or that failed to connect.
-pub const MAX_ATTEMPTS: u32 = RetryPolicy::HUB.max_attempts;
-/// Longest wait between attempts, whatever `Retry-After` says.
-pub const MAX_BACKOFF: Duration = RetryPolicy::HUB.max_retry_after;
 /// Longest a single attempt may take (body included), unless the request's deadline is nearer.
 pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
 

@@ -14,13 +14,21 @@
 
 mod cas;
 mod config;
+#[cfg(feature = "internals")]
 pub mod hub;
+#[cfg(not(feature = "internals"))]
+#[allow(unreachable_pub)]
+mod hub;
 mod storage;
 mod upload;
+#[cfg(feature = "internals")]
 pub mod xet;
+#[cfg(not(feature = "internals"))]
+#[allow(unreachable_pub)]
+mod xet;
 
 pub use config::{
     BucketHandle, HandleError, HfBucketConfig, XetChunking, XetCompression, XetLoadPath,
-    XetStorePath, DEFAULT_HF_ENDPOINT,
+    XetStorePath,
 };
 pub use storage::HfStorage;

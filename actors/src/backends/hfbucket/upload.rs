@@ -56,7 +56,7 @@ use crate::storage::BackendError;
 const OP: &str = "xet direct store";
 
 /// Size of a `fixed` chunk: Xet's target chunk size, half its largest.
-pub const FIXED_CHUNK: usize = 64 << 10;
+pub(super) const FIXED_CHUNK: usize = 64 << 10;
 
 /// The CAS prefix of xorbs (Xet's `default_prefix`).
 const PREFIX: &str = "default";
@@ -72,7 +72,7 @@ fn err(e: impl std::fmt::Display) -> BackendError {
 }
 
 /// Cuts `data` into chunks (slices of it, hashed), the way `chunking` says.
-pub fn chunk(data: &Bytes, chunking: XetChunking) -> Vec<Chunk> {
+pub(super) fn chunk(data: &Bytes, chunking: XetChunking) -> Vec<Chunk> {
     match chunking {
         XetChunking::Cdc => {
             xet_data::deduplication::Chunker::default().next_block_bytes(data, true)
@@ -273,7 +273,7 @@ fn send_lane(
 /// through the adapter's Hub client (its connections and retry policy) on the calling worker
 /// thread: no runtime, no session, nothing held between commits.
 #[derive(Debug)]
-pub struct DirectWriter {
+pub(super) struct DirectWriter {
     chunking: XetChunking,
     /// The xorb compression scheme (`auto`: chosen per object by xet-core-structures).
     scheme: CompressionScheme,
@@ -281,7 +281,7 @@ pub struct DirectWriter {
 
 impl DirectWriter {
     /// A writer with these settings (no I/O).
-    pub fn open(settings: &WriteSettings) -> Result<Self, BackendError> {
+    pub(super) fn open(settings: &WriteSettings) -> Result<Self, BackendError> {
         Ok(Self {
             chunking: settings.chunking,
             scheme: settings.compression.parse().map_err(err)?,
@@ -290,7 +290,7 @@ impl DirectWriter {
 
     /// Uploads every object in one commit (xorbs, then one shard) with `token` (replaced from
     /// the Hub if it runs low); results keep input order. A failure fails every object.
-    pub fn upload(
+    pub(super) fn upload(
         &self,
         hub: &HubClient,
         token: &XetToken,

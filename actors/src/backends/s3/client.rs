@@ -17,13 +17,13 @@ use super::http::HyperClient;
 use crate::storage::BackendError;
 
 /// Connection timeout: a refused or black-holed endpoint fails fast and counts toward the breaker.
-pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(3);
 /// Longest a single request attempt may take, unless `s3_attempt_timeout_secs` says otherwise.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(60);
 /// Attempts per request: the SDK's standard retry strategy (5xx, 503 SlowDown, throttling,
 /// with backoff) gets the same number as kvtier's own policy for the direct path
 /// ([`crate::retry::RetryPolicy::S3`]).
-pub const MAX_ATTEMPTS: u32 = crate::retry::RetryPolicy::S3.max_attempts;
+pub(crate) const MAX_ATTEMPTS: u32 = crate::retry::RetryPolicy::S3.max_attempts;
 
 /// What [`build_clients`] returns.
 pub(crate) struct Clients {

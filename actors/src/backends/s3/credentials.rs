@@ -23,10 +23,10 @@ use super::client::current_credentials;
 use super::direct::{Direct, Refresher};
 
 /// Refresh temporary credentials this long before they expire.
-pub const REFRESH_AHEAD: Duration = Duration::from_secs(300);
+pub(crate) const REFRESH_AHEAD: Duration = Duration::from_secs(300);
 /// Closer than this to expiry (no fresh credentials yet), data requests take the SDK path,
 /// whose identity cache refreshes on its own.
-pub const SDK_FALLBACK_WITHIN: Duration = Duration::from_secs(60);
+pub(crate) const SDK_FALLBACK_WITHIN: Duration = Duration::from_secs(60);
 /// After a failed refresh, wait this long before the next try.
 pub(super) const REFRESH_RETRY: Duration = Duration::from_secs(10);
 

@@ -120,7 +120,7 @@ impl Failure {
 /// Where fresh credentials come from when a request finds its own refused, and where they go
 /// (the storage adopts what arrives on the channel at its next request).
 #[derive(Clone)]
-pub struct Refresher {
+pub(crate) struct Refresher {
     /// The credential source.
     pub provider: SharedCredentialsProvider,
     /// To the storage.
@@ -140,7 +140,7 @@ struct RequestState {
 /// storage swaps in a new `Direct` ([`Direct::with_credentials`]) when temporary credentials
 /// are refreshed.
 #[derive(Clone)]
-pub struct Direct {
+pub(super) struct Direct {
     client: HyperClient,
     /// `scheme://authority[/path]` requests start with, bucket included when virtual-hosted.
     base: String,
@@ -200,7 +200,7 @@ fn host_label(bucket: &str) -> bool {
 
 impl Direct {
     /// The direct path for these settings, or why the SDK must carry the data instead.
-    pub fn new(
+    pub(super) fn new(
         cfg: &S3Config,
         ep: &ResolvedEndpoint,
         client: HyperClient,
@@ -262,7 +262,7 @@ impl Direct {
     }
 
     /// The same path, counting its retries in `metrics`.
-    pub fn with_metrics(&self, metrics: crate::metrics::AdapterMetrics) -> Self {
+    pub(super) fn with_metrics(&self, metrics: crate::metrics::AdapterMetrics) -> Self {
         Self {
             metrics,
             ..self.clone()
@@ -271,7 +271,7 @@ impl Direct {
 
     /// The same path, fetching fresh credentials through `refresher` when a request finds its
     /// own refused.
-    pub fn with_refresher(&self, refresher: Refresher) -> Self {
+    pub(crate) fn with_refresher(&self, refresher: Refresher) -> Self {
         Self {
             refresher: Some(refresher),
             ..self.clone()
@@ -279,7 +279,7 @@ impl Direct {
     }
 
     /// The clock offset adopted from the server (milliseconds; positive: the server is ahead).
-    pub fn clock_offset_ms(&self) -> i64 {
+    pub(crate) fn clock_offset_ms(&self) -> i64 {
         self.clock_offset.load(Ordering::Relaxed)
     }
 
@@ -296,7 +296,7 @@ impl Direct {
     }
 
     /// The same path signing with other credentials (after a refresh).
-    pub fn with_credentials(&self, credentials: Credentials) -> Self {
+    pub(crate) fn with_credentials(&self, credentials: Credentials) -> Self {
         Self {
             identity: credentials.into(),
             ..self.clone()
@@ -304,7 +304,7 @@ impl Direct {
     }
 
     /// The request URL of an object (its full key, prefix included).
-    pub fn url(&self, object: &str) -> String {
+    pub(super) fn url(&self, object: &str) -> String {
         let mut s =
             String::with_capacity(self.base.len() + self.bucket_path.len() + object.len() + 8);
         s.push_str(&self.base);
@@ -499,7 +499,7 @@ impl Direct {
     }
 
     /// PUTs `data` under the object name `object`.
-    pub async fn put(&self, object: &str, data: Bytes) -> Result<(), BackendError> {
+    pub(super) async fn put(&self, object: &str, data: Bytes) -> Result<(), BackendError> {
         let url = self.url(object);
         let mut headers = vec![
             ("content-length", data.len().to_string()),
@@ -533,7 +533,7 @@ impl Direct {
     }
 
     /// The object's size (`None` when absent or empty, as the SDK path's lookup).
-    pub async fn head(&self, object: &str) -> Result<Option<u64>, BackendError> {
+    pub(super) async fn head(&self, object: &str) -> Result<Option<u64>, BackendError> {
         let url = self.url(object);
         let (status, len) = self.head_url("head", &url, &[404]).await?;
         Ok(len.filter(|l| *l > 0 && status != 404))
@@ -543,7 +543,7 @@ impl Direct {
     /// object or the bucket is missing, so the storage asks this before it calls such a 404 a
     /// miss. A 403 counts as existing (the credentials may lack `s3:ListBucket`; requests on
     /// objects then tell the rest).
-    pub async fn bucket_exists(&self) -> Result<bool, BackendError> {
+    pub(super) async fn bucket_exists(&self) -> Result<bool, BackendError> {
         let url = format!("{}{}/", self.base, self.bucket_path);
         let (status, _) = self.head_url("head bucket", &url, &[403, 404]).await?;
         Ok(status != 404)
@@ -573,7 +573,7 @@ impl Direct {
     }
 
     /// GETs the object into `buf`, which must end up exactly full.
-    pub async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
+    pub(super) async fn get(&self, object: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let url = self.url(object);
         let headers: Vec<(&'static str, String)> = if self.get_crc32c {
             vec![("x-amz-checksum-mode", "ENABLED".to_owned())]

@@ -29,11 +29,11 @@ use crate::storage::BackendError;
 
 /// Largest HTTP/1.1 read buffer per connection. Body bytes are copied out of it into the
 /// caller's buffer as they arrive, so a larger buffer only means fewer, larger reads.
-pub const READ_BUF_MAX: usize = 64 * 1024;
+pub(super) const READ_BUF_MAX: usize = 64 * 1024;
 
 /// Host-name resolution: the system's, or one fixed address for every name.
 #[derive(Clone, Debug)]
-pub enum Resolve {
+pub(super) enum Resolve {
     /// The system resolver.
     System(GaiResolver),
     /// This address for every host name.
@@ -71,7 +71,7 @@ impl tower_service::Service<Name> for Resolve {
 
 /// The pooled hyper client under both the SDK and the direct data path
 /// ([`super::direct`]); cloning it shares the pool.
-pub type HyperClient = Client<hyper_rustls::HttpsConnector<TcpConnector<Resolve>>, SdkBody>;
+pub(super) type HyperClient = Client<hyper_rustls::HttpsConnector<TcpConnector<Resolve>>, SdkBody>;
 
 /// The connector: one pooled hyper client.
 #[derive(Clone, Debug)]
@@ -100,7 +100,7 @@ impl HttpConnector for KvtierConnector {
 }
 
 /// The TLS settings used: native roots plus `ca_bundle` (ALPN is set by [`client`]).
-pub fn tls_config(
+pub(super) fn tls_config(
     ca_bundle: Option<&std::path::Path>,
 ) -> Result<rustls::ClientConfig, BackendError> {
     use rustls_pki_types::pem::PemObject;
@@ -132,7 +132,7 @@ pub fn tls_config(
 /// The HTTP client, for the SDK and as the plain hyper client it wraps (one connection pool):
 /// ALPN `h2`, `http/1.1` when `prefer_http2`, else `http/1.1` only (plain `http://` endpoints
 /// always speak HTTP/1.1); every host resolved to `resolve_to` when given.
-pub fn client(
+pub(super) fn client(
     ca_bundle: Option<&std::path::Path>,
     connect_timeout: Duration,
     prefer_http2: bool,

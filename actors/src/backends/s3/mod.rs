@@ -9,7 +9,7 @@
 //!
 //! Requests run on a small multi-threaded tokio runtime owned by the storage, never on the
 //! backend actor's arbiter, bounded to `s3_num_io_threads` in flight. The half-open circuit
-//! breaker ([`crate::breaker`], shared with `hfbucket`) opens after 3 consecutive failures
+//! breaker (`crate::breaker`, shared with `hfbucket`) opens after 3 consecutive failures
 //! that say the store is unwell (no connection, timeouts, 5xx or `SlowDown` after the retries)
 //! and at once on `NoSuchBucket`: requests then fail at once without network traffic; after
 //! `circuit_breaker_cooldown_secs` one request is let through as a probe, and an answer closes
@@ -45,12 +45,7 @@ mod plane;
 mod sdk;
 mod storage;
 
-pub use client::{ATTEMPT_TIMEOUT, CONNECT_TIMEOUT, MAX_ATTEMPTS};
 pub use config::{
     AddressingStyle, ChecksumMode, DataPath, PayloadSigning, ResolvedEndpoint, S3Config,
 };
-pub use credentials::{REFRESH_AHEAD, SDK_FALLBACK_WITHIN};
-pub use direct::{Direct, Refresher};
-pub use storage::{S3Storage, PROBE_OBJECT, PROBE_TIMEOUT};
-
-pub use crate::breaker::BREAKER_THRESHOLD;
+pub use storage::S3Storage;

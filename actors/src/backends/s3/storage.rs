@@ -103,7 +103,7 @@ impl S3Storage {
 
     /// [`S3Storage::open_resolving`] with `credentials` in place of the config's (static keys
     /// or the default chain): for tests, and for hosts with a credential source of their own.
-    pub async fn open_with(
+    pub(crate) async fn open_with(
         cfg: &S3Config,
         format: NameFormat,
         capacity_bytes: u64,
@@ -244,10 +244,10 @@ impl S3Storage {
 
 /// The object a health check GETs (under the key prefix). It is no key's name (no `@`), so
 /// listings and recovery skip it; it is not expected to exist.
-pub const PROBE_OBJECT: &str = ".kvtier-health-check";
+pub(crate) const PROBE_OBJECT: &str = ".kvtier-health-check";
 
 /// How long a health check may take before the endpoint counts as unreachable.
-pub const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The health check: a GET of [`PROBE_OBJECT`] on the data path, the cheapest request that
 /// exercises what loads need. `NoSuchKey` (or the object itself) means the store serves;
@@ -451,7 +451,7 @@ impl Storage for S3Storage {
         self.breaker.unhealthy()
     }
 
-    /// One GET of [`PROBE_OBJECT`] under the prefix, bounded by [`PROBE_TIMEOUT`] (or the
+    /// One GET of `PROBE_OBJECT` under the prefix, bounded by `PROBE_TIMEOUT` (or the
     /// attempt timeout if shorter), while the
     /// breaker is closed. See `probe_once`.
     fn probe(&mut self) -> Io<()> {
