@@ -34,9 +34,9 @@ use kvtier_actors::metrics::{AdapterMetrics, Metrics};
 use kvtier_actors::{
     AdapterHandle, AdapterIndex, BackendActor, BackendError, Bitmap, Controller, DeleteReport,
     EvictionActor, EvictionStats, EvictionTarget, KeyPage, ListKeys, LoadBuf, LoadReport,
-    LoadTarget, NameFormat, ObjectKey, Op, OpResult, StatusReport, StopController, Storage,
-    StoreReport, StoreSource, Submit, SubscribeEvents, TakeResult, TaskId, TierEvent, UsageEvent,
-    UsageReport, Verify, VerifyReport,
+    LoadTarget, MissReason, NameFormat, ObjectKey, Op, OpResult, StatusReport, StopController,
+    Storage, StoreReport, StoreSource, Submit, SubscribeEvents, TakeResult, TaskId, TierEvent,
+    UsageEvent, UsageReport, Verify, VerifyReport,
 };
 use prometheus_client::registry::Registry;
 
@@ -328,7 +328,7 @@ impl Tier {
     pub async fn load_bufs(&self, keys: Vec<ObjectKey>, buffers: Vec<LoadBuf>) -> LoadReport {
         let n = keys.len();
         let (lent, mut home) = lend(buffers);
-        let hits = match self
+        let (hits, misses) = match self
             .controller
             .send(kvtier_actors::Load {
                 keys,
@@ -338,14 +338,14 @@ impl Tier {
         {
             Ok(r) => {
                 home.settle(r.buffers.into_iter().enumerate());
-                r.hits
+                (r.hits, r.misses)
             }
-            Err(_) => Bitmap::zeros(n),
+            Err(_) => (
+                Bitmap::zeros(n),
+                (0..n).map(|i| (i, MissReason::NotServed)).collect(),
+            ),
         };
-        LoadReport {
-            hits,
-            buffers: home.collect().await,
-        }
+        LoadReport::new(hits, home.collect().await, misses)
     }
 
     /// Releases locks (fire-and-forget).

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use kvtier::actors::backends::fault_inject::{FaultInjectConfig, PerOp};
 use kvtier::actors::backends::memory::MemoryConfig;
 use kvtier::actors::{GetUsage, Store};
-use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
+use kvtier::{AdapterConfig, AdapterSpec, MissReason, ObjectKey, Tier, TierConfig};
 use support::conformance::Fixture;
 use support::{key, payload};
 
@@ -151,6 +151,15 @@ async fn get_and_remove_errors_are_misses_and_kept_keys() {
     let loaded = tier.load(all.clone(), bufs).await;
     let misses = 60 - loaded.hits.count_ones();
     assert!((10..50).contains(&misses), "{misses}");
+    assert_eq!(loaded.misses.len(), misses);
+    assert!(
+        loaded
+            .misses
+            .iter()
+            .all(|(_, r)| matches!(r, MissReason::Failed(_))),
+        "an injected get error is a failed load, not an absent key: {:?}",
+        loaded.misses
+    );
     for i in 0..60u32 {
         let b = &loaded.buffers[i as usize];
         if loaded.hits.get(i as usize) {
@@ -318,6 +327,10 @@ async fn corrupted_sizes_make_loads_miss() {
     b.fill(7);
     let loaded = tier.load(vec![key(1)], vec![b]).await;
     assert_eq!(format!("{}", loaded.hits), "0");
+    assert!(matches!(
+        loaded.miss_reason(0),
+        Some(MissReason::WrongSize { .. })
+    ));
     assert!(loaded.buffers[0].iter().all(|x| *x == 7));
     // A size mismatch is a miss, not a deletion: the key stays accounted.
     assert_eq!(tier.usage().await.unwrap().adapters[0].used_bytes, 64);

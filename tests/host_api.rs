@@ -9,7 +9,7 @@ use kvtier::actors::backends::memory::MemoryStorage;
 use kvtier::actors::config::{CommonConfig, EvictionConfig, EvictionPolicy, GIB};
 use kvtier::actors::eviction::QuotaError;
 use kvtier::actors::{ListKeys, NameFormat};
-use kvtier::{AdapterConfig, StartError, Tier, TierConfig, TierError};
+use kvtier::{AdapterConfig, MissReason, StartError, Tier, TierConfig, TierError};
 use support::{key, payload, salted};
 
 /// One LRU adapter with a capacity and an eviction interval is one expression, and equals the
@@ -154,5 +154,42 @@ async fn listing_and_quotas_are_tier_methods() {
         Err(TierError::Quota(QuotaError::NotIsolated(1, _))) => {}
         other => panic!("expected a refused quota, got {other:?}"),
     }
+    tier.close().await;
+}
+
+/// A load says why each key missed: absent, another size, not served (keys and buffers that
+/// differ in number); hits have no reason.
+#[actix_rt::test]
+async fn a_load_says_why_each_key_missed() {
+    let tier = Tier::start(&TierConfig::default().adapter(AdapterConfig::memory()))
+        .await
+        .unwrap();
+    assert!(tier
+        .store(vec![key(1), key(2)], vec![payload(1, 64), payload(2, 64)])
+        .await
+        .unwrap()
+        .success());
+    let bufs = vec![
+        BytesMut::zeroed(64),
+        BytesMut::zeroed(32),
+        BytesMut::zeroed(64),
+    ];
+    let r = tier.load(vec![key(1), key(2), key(3)], bufs).await;
+    assert_eq!(format!("{}", r.hits), "100");
+    assert_eq!(r.miss_reason(0), None);
+    assert_eq!(r.miss_reason(1), Some(MissReason::WrongSize { actual: 64 }));
+    assert_eq!(r.miss_reason(2), Some(MissReason::Absent));
+    assert_eq!(r.misses.len(), 2);
+
+    let r = tier
+        .load(vec![key(1), key(2)], vec![BytesMut::zeroed(64)])
+        .await;
+    assert_eq!(format!("{}", r.hits), "00");
+    assert_eq!(
+        r.misses,
+        vec![(0, MissReason::NotServed), (1, MissReason::NotServed)]
+    );
+    assert_eq!(r.buffers.len(), 1, "the buffer comes back");
+
     tier.close().await;
 }

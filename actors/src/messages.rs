@@ -174,27 +174,96 @@ pub struct Load {
     pub buffers: Vec<LoadBuf>,
 }
 
-/// The reply to [`Load`]: which keys were loaded, and the buffers handed back.
+/// Why a key of a [`Load`] was not loaded. A missed key's buffer may hold partial bytes;
+/// only a hit's buffer is the object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum MissReason {
+    /// No object under the key's name: never stored, evicted, or removed by another writer.
+    /// The key leaves the ledger if it was there.
+    Absent,
+    /// An object of another size than the buffer (LMCache's rule: not loaded; it stays).
+    WrongSize {
+        /// The object's size in bytes.
+        actual: u64,
+    },
+    /// The object's bytes did not match its checksum: not loaded, counted, and removed
+    /// (at its last unlock if locked).
+    Corrupt,
+    /// The request failed (I/O, timeout, refused credentials, a key the backend cannot name,
+    /// …); the object may still be there.
+    Failed(ErrorKind),
+    /// Not asked: the runtime or the adapter had stopped, or the request's keys and buffers
+    /// differed in number.
+    NotServed,
+}
+
+impl fmt::Display for MissReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Absent => f.write_str("absent"),
+            Self::WrongSize { actual } => write!(f, "wrong size ({actual} bytes stored)"),
+            Self::Corrupt => f.write_str("corrupt (checksum mismatch)"),
+            Self::Failed(kind) => write!(f, "failed ({kind:?})"),
+            Self::NotServed => f.write_str("not served"),
+        }
+    }
+}
+
+/// The reply to [`Load`]: which keys were loaded, why the others were not, and the buffers
+/// handed back.
 ///
-/// Invariant: `buffers` are the request's buffers, every one, in request order, with their
+/// Invariants: `buffers` are the request's buffers, every one, in request order, with their
 /// original lengths, whatever happened (hit, miss, an adapter that died, several adapters).
-/// Nothing in kvtier holds or writes a buffer once it is in a reply.
+/// Nothing in kvtier holds or writes a buffer once it is in a reply. `misses` holds exactly
+/// the positions whose `hits` bit is 0, ascending, each with one reason (with several
+/// adapters, the last adapter asked gives it).
 #[derive(Debug, Default)]
+#[non_exhaustive]
 pub struct LoadReport {
     /// One bit per key: loaded completely.
     pub hits: Bitmap,
     /// The caller's buffers, in request order.
     pub buffers: Vec<LoadBuf>,
+    /// Why each missed key missed: (position in the request, reason), ascending positions.
+    pub misses: Vec<(usize, MissReason)>,
 }
 
 impl LoadReport {
+    /// A report from its parts; `misses` as the field says (checked in debug builds).
+    pub fn new(hits: Bitmap, buffers: Vec<LoadBuf>, misses: Vec<(usize, MissReason)>) -> Self {
+        debug_assert!(
+            misses.iter().map(|m| m.0).eq(hits
+                .iter()
+                .enumerate()
+                .filter(|(_, h)| !h)
+                .map(|(i, _)| i)),
+            "misses must list exactly the zero bits of hits, ascending"
+        );
+        Self {
+            hits,
+            buffers,
+            misses,
+        }
+    }
+
     /// Every key missed: the buffers go back as they came. The one way to answer a load that
     /// could not be served.
     pub fn missed(keys: usize, buffers: Vec<LoadBuf>) -> Self {
         Self {
             hits: Bitmap::zeros(keys),
             buffers,
+            misses: (0..keys).map(|i| (i, MissReason::NotServed)).collect(),
         }
+    }
+
+    /// Why the key at position `i` missed; `None` for a hit (or a position past the end).
+    pub fn miss_reason(&self, i: usize) -> Option<MissReason> {
+        self.misses
+            .binary_search_by_key(&i, |m| m.0)
+            .ok()
+            .map(|p| self.misses[p].1)
     }
 
     /// The hits and the buffers as the type the caller lent (`Err(self)` if any buffer is not

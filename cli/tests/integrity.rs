@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use kvtier::actors::backends::fault_inject::FaultInjectConfig;
 use kvtier::actors::backends::fs::{crc32c, FsChecksum, FsConfig, CRC_XATTR};
 use kvtier::actors::{DeleteCause, TierEvent, UsageEventKind, Verdict, Verify};
-use kvtier::{AdapterConfig, AdapterSpec, ObjectKey, Tier, TierConfig};
+use kvtier::{AdapterConfig, AdapterSpec, MissReason, ObjectKey, Tier, TierConfig};
 use support::{key, payload};
 
 const SIZE: usize = 64 * 1024;
@@ -219,6 +219,11 @@ async fn a_body_changed_in_flight_is_a_miss_where_a_checksum_is_checked() {
     let bufs = (0..20).map(|_| BytesMut::zeroed(SIZE)).collect();
     let r = tier.load((0..20).map(key).collect(), bufs).await;
     assert_eq!(r.hits.count_ones(), 0, "a changed body is never a hit");
+    assert!(
+        (0..20).all(|i| r.miss_reason(i) == Some(MissReason::Corrupt)),
+        "{:?}",
+        r.misses
+    );
     let details = fs_details(&tier).await;
     assert_eq!(details["injected"]["corrupted_bodies"]["get"], 20);
     assert_eq!(corrupt_total(&tier), 20);

@@ -10,7 +10,7 @@ use bytes::BytesMut;
 use kvtier::actors::config::{EvictionConfig, EvictionPolicy, GIB};
 use kvtier::actors::eviction::{GetLruOrder, WhenIdle};
 use kvtier::actors::{Delete, ListKeys, TierEvent, UsageEventKind};
-use kvtier::{AdapterConfig, Tier, TierConfig};
+use kvtier::{AdapterConfig, MissReason, Tier, TierConfig};
 
 use crate::{key, payload, salted, wait_until};
 
@@ -106,6 +106,10 @@ pub async fn partial_hits(fx: &impl Fixture) {
     assert_eq!(format!("{hits}"), "1010");
     let loaded = tier.load(keys.clone(), bufs(4, 512)).await;
     assert_eq!(format!("{}", loaded.hits), "1010");
+    assert_eq!(
+        loaded.misses,
+        vec![(1, MissReason::Absent), (3, MissReason::Absent)]
+    );
     assert_eq!(&loaded.buffers[2][..], &payload(2, 512)[..]);
     tier.unlock(keys);
     tier.close().await;
@@ -118,6 +122,7 @@ pub async fn load_miss(fx: &impl Fixture) {
     b.fill(7);
     let loaded = tier.load(vec![key(9)], vec![b]).await;
     assert_eq!(format!("{}", loaded.hits), "0");
+    assert_eq!(loaded.miss_reason(0), Some(MissReason::Absent));
     assert!(loaded.buffers[0].iter().all(|x| *x == 7));
     tier.close().await;
 }
@@ -135,6 +140,11 @@ pub async fn size_mismatch_is_miss(fx: &impl Fixture) {
         b.fill(7);
         let loaded = tier.load(vec![key(1)], vec![b]).await;
         assert_eq!(format!("{}", loaded.hits), "0", "buffer of {size}");
+        assert_eq!(
+            loaded.miss_reason(0),
+            Some(MissReason::WrongSize { actual: 1000 }),
+            "buffer of {size}"
+        );
         assert!(
             loaded.buffers[0].iter().all(|x| *x == 7),
             "buffer of {size} was written"
@@ -554,7 +564,12 @@ pub async fn multi_adapter_first_hit(fx: &impl Fixture) {
     assert_eq!(d.adapters, vec![(0, vec![])], "winner's lock kept");
     let loaded = tier.load(vec![key(1), key(2)], bufs(2, 64)).await;
     assert_eq!(format!("{}", loaded.hits), "11");
-    assert_eq!(&loaded.buffers[1][..], &payload(2, 64)[..]);
+    assert!(loaded.misses.is_empty());
+    // A key on no adapter: each adapter is asked; the last one's reason is reported.
+    let loaded = tier.load(vec![key(3), key(1)], bufs(2, 64)).await;
+    assert_eq!(format!("{}", loaded.hits), "01");
+    assert_eq!(loaded.misses, vec![(0, MissReason::Absent)]);
+    assert_eq!(&loaded.buffers[1][..], &payload(1, 64)[..]);
     tier.unlock(vec![key(1), key(2)]);
     let d = tier.delete(vec![key(1), key(2)]).await.unwrap();
     let mut all: Vec<_> = d.all_keys().cloned().collect();

@@ -233,7 +233,8 @@ impl Handler<Load> for BackendActor {
             .map(move |results| merge_unnameable(results, unnameable));
         match self.now_or_later(io) {
             Ok(results) => {
-                reply_when_home(self.finish_load(keys, results, started, lens, ctx), home)
+                let (hits, misses) = self.finish_load(keys, results, started, lens, ctx);
+                reply_when_home(hits, misses, home)
             }
             Err(fut) => ActorResponse::r#async(Box::pin(
                 wrap_future::<_, Self>(fut)
@@ -241,13 +242,10 @@ impl Handler<Load> for BackendActor {
                         let results = finish(act.storage_any());
                         act.finish_load(keys, results, started, lens, ctx)
                     })
-                    .then(move |hits, _, _| {
-                        wrap_future(async move {
-                            LoadReport {
-                                hits,
-                                buffers: home.collect().await,
-                            }
-                        })
+                    .then(move |(hits, misses), _, _| {
+                        wrap_future(
+                            async move { LoadReport::new(hits, home.collect().await, misses) },
+                        )
                     }),
             )),
         }
@@ -529,8 +527,9 @@ impl BackendActor {
         started: Started,
         lens: Vec<u64>,
         ctx: &mut Context<Self>,
-    ) -> Bitmap {
+    ) -> (Bitmap, Vec<(usize, MissReason)>) {
         let mut hits = Bitmap::zeros(keys.len());
+        let mut misses = Vec::new();
         let mut corrupt = Vec::new();
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
@@ -544,10 +543,12 @@ impl BackendActor {
                 }
                 Ok(Fetched::SizeMismatch { actual }) => {
                     missed += 1;
+                    misses.push((i, MissReason::WrongSize { actual }));
                     tracing::debug!(adapter = self.index, key = %key, actual, "load size mismatch: miss")
                 }
                 Ok(Fetched::Corrupt { expected, actual }) => {
                     missed += 1;
+                    misses.push((i, MissReason::Corrupt));
                     tracing::warn!(
                         adapter = self.index,
                         kind = self.storage.kind(),
@@ -560,12 +561,14 @@ impl BackendActor {
                 }
                 Ok(Fetched::Absent) => {
                     missed += 1;
+                    misses.push((i, MissReason::Absent));
                     if let Some(size) = self.ledger.remove(&key) {
                         gone.push(key);
                         gone_sizes.push(size);
                     }
                 }
                 Err(e) => {
+                    misses.push((i, MissReason::Failed(e.kind())));
                     self.metrics.failed(Op::Load, e.kind(), 1);
                     tracing::warn!(error = %self.context(&e), key = %key, "load failed")
                 }
@@ -585,7 +588,7 @@ impl BackendActor {
                 cause: DeleteCause::Vanished,
             });
         }
-        hits
+        (hits, misses)
     }
 
     /// Deletes corrupt objects: the unlocked ones now (through a [`Delete`] to this actor,
@@ -606,14 +609,15 @@ impl BackendActor {
 }
 
 /// The reply to a load, sent once every lent buffer is home.
-fn reply_when_home(hits: Bitmap, mut home: Homecoming) -> ActorResponse<BackendActor, LoadReport> {
+fn reply_when_home(
+    hits: Bitmap,
+    misses: Vec<(usize, MissReason)>,
+    mut home: Homecoming,
+) -> ActorResponse<BackendActor, LoadReport> {
     match home.try_collect() {
-        Some(buffers) => ActorResponse::reply(LoadReport { hits, buffers }),
+        Some(buffers) => ActorResponse::reply(LoadReport::new(hits, buffers, misses)),
         None => ActorResponse::r#async(Box::pin(wrap_future::<_, BackendActor>(async move {
-            LoadReport {
-                hits,
-                buffers: home.collect().await,
-            }
+            LoadReport::new(hits, home.collect().await, misses)
         }))),
     }
 }

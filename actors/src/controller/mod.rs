@@ -254,17 +254,17 @@ impl Handler<Load> for Controller {
                 buffers: lent,
             });
             return Box::pin(async move {
-                let hits = match send.await {
+                let (hits, misses) = match send.await {
                     Ok(r) => {
                         home.settle(r.buffers.into_iter().enumerate());
-                        r.hits
+                        (r.hits, r.misses)
                     }
-                    Err(_) => Bitmap::zeros(n),
+                    Err(_) => (
+                        Bitmap::zeros(n),
+                        (0..n).map(|i| (i, MissReason::NotServed)).collect(),
+                    ),
                 };
-                LoadReport {
-                    hits,
-                    buffers: home.collect().await,
-                }
+                LoadReport::new(hits, home.collect().await, misses)
             });
         }
         // Keys with a lock are read from its holder; the others from each adapter in turn.
@@ -272,6 +272,7 @@ impl Handler<Load> for Controller {
         let adapters = self.adapters.clone();
         Box::pin(async move {
             let mut hits = Bitmap::zeros(n);
+            let mut reasons = vec![MissReason::NotServed; n];
             let mut slots: Vec<Option<LoadBuf>> = lent.into_iter().map(Some).collect();
             let mut pending: Vec<usize> = Vec::new();
             let mut by_adapter: Vec<Vec<usize>> = vec![Vec::new(); adapters.len()];
@@ -298,6 +299,9 @@ impl Handler<Load> for Controller {
                     .collect();
                 match adapter.addr.send(Load { keys, buffers }).await {
                     Ok(r) => {
+                        for (j, reason) in r.misses {
+                            reasons[batch[j]] = reason;
+                        }
                         for ((&i, hit), buf) in batch.iter().zip(r.hits.iter()).zip(r.buffers) {
                             slots[i] = Some(buf);
                             if hit {
@@ -308,6 +312,9 @@ impl Handler<Load> for Controller {
                         }
                     }
                     Err(_) => {
+                        for &i in &batch {
+                            reasons[i] = MissReason::NotServed;
+                        }
                         // The adapter is gone: its buffers come home; lend them to the next.
                         for (i, buf) in home.recall(batch.len()).await {
                             slots[i] = Some(home.lend_again(i, buf));
@@ -322,10 +329,14 @@ impl Handler<Load> for Controller {
                     .enumerate()
                     .filter_map(|(i, b)| b.map(|b| (i, b))),
             );
-            LoadReport {
-                hits,
-                buffers: home.collect().await,
-            }
+            let misses = hits
+                .iter()
+                .zip(reasons)
+                .enumerate()
+                .filter(|(_, (hit, _))| !hit)
+                .map(|(i, (_, reason))| (i, reason))
+                .collect();
+            LoadReport::new(hits, home.collect().await, misses)
         })
     }
 }
