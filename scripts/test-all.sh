@@ -41,6 +41,16 @@ if [ ! -x "$GARAGE_ROOT/bin/garage" ]; then
 fi
 export KVTIER_GARAGE_BIN="$GARAGE_ROOT/bin/garage"
 
+# redis-server: the fleet index's tests start it on 127.0.0.1 (actors/src/fleet/tests.rs).
+# Debian's package; KVTIER_REDIS_SERVER names another binary.
+if [ -z "${KVTIER_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
+    step "install redis-server (Debian's package, once)"
+    SUDO=""
+    if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq redis-server
+fi
+
 step "rustfmt"
 cargo fmt --all -- --check
 

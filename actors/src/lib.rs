@@ -12,7 +12,8 @@
 //! All state lives inside actors; nothing here takes a lock.
 //!
 //! Features `s3` and `hfbucket` (both default) build `backends::s3` and `backends::hfbucket`
-//! with their dependencies; `memory`, `fs` and `fault_inject` are always built.
+//! with their dependencies; `memory`, `fs` and `fault_inject` are always built. Feature `fleet`
+//! (default) builds the fleet index on a Redis-protocol server.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -25,6 +26,8 @@ pub mod buffer;
 pub mod config;
 mod controller;
 pub mod eviction;
+#[cfg(feature = "fleet")]
+mod fleet;
 pub mod key;
 pub mod messages;
 pub mod metrics;

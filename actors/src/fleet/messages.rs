@@ -1,0 +1,130 @@
+//! The fleet index actor's messages. Each is one script on the index (one round trip per
+//! batch); each replies `Err(FleetError::Unreachable)` at once while the index is unreachable,
+//! so a node serves alone without waiting on it.
+
+use std::collections::BTreeMap;
+
+use actix::prelude::*;
+use serde::Serialize;
+
+/// An object the node has stored: its name in the bucket, its cache salt (`""`: none) and size.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FleetObject {
+    pub(crate) name: String,
+    pub(crate) salt: String,
+    pub(crate) size: u64,
+}
+
+/// The fleet's usage of one bucket, as the index holds it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub(crate) struct FleetUsage {
+    /// Bytes of every object the fleet knows.
+    pub(crate) bytes: u64,
+    /// Number of those objects.
+    pub(crate) objects: u64,
+    /// Bytes per cache salt (`""`: unsalted).
+    pub(crate) by_salt: BTreeMap<String, u64>,
+}
+
+/// Why the fleet index did not answer.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub(crate) enum FleetError {
+    /// No connection to the index (the reason names what failed; never the URL's password).
+    #[error("fleet index unreachable: {0}")]
+    Unreachable(String),
+    /// The index answered with an error.
+    #[error("fleet index error: {0}")]
+    Index(String),
+}
+
+/// The outcome of locking one name in the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FleetLock {
+    /// Locked; the index knows the object and its size: no probe of the store is needed.
+    Known(u64),
+    /// Locked; the index does not know the object: probe the store (and unlock on a miss).
+    Unknown,
+    /// Not locked: a node is deleting it.
+    Deleting,
+}
+
+/// Records objects this node stored (sizes, salts, recency). Replies with the fleet's usage.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct FleetStored(pub(crate) Vec<FleetObject>);
+
+/// Locks names for this node; one outcome per name, in order.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<FleetLock>, FleetError>")]
+pub(crate) struct FleetLockNames(pub(crate) Vec<String>);
+
+/// Releases one lock per name held by this node.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), FleetError>")]
+pub(crate) struct FleetUnlock(pub(crate) Vec<String>);
+
+/// Refreshes the fleet recency of names (lookup hits that did not lock through the index).
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(), FleetError>")]
+pub(crate) struct FleetTouch(pub(crate) Vec<String>);
+
+/// Takes or renews the bucket's eviction lease; `Ok(true)` when this node holds it.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<bool, FleetError>")]
+pub(crate) struct FleetLease;
+
+/// Up to `limit` eviction candidates by fleet recency, oldest first, none locked or being
+/// deleted by any node, among the `scan` oldest names; with their sizes.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<Vec<(String, u64)>, FleetError>")]
+pub(crate) struct FleetCandidates {
+    pub(crate) limit: usize,
+    pub(crate) scan: usize,
+}
+
+/// Claims the deletion of names: replies with those no node locks and none is deleting. No
+/// node locks a claimed name until it is released.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Vec<String>, FleetError>")]
+pub(crate) struct FleetClaim(pub(crate) Vec<String>);
+
+/// Ends claims: `removed` were deleted from the store (forgotten, unless stored again since the
+/// claim), `kept` were not. Replies with the fleet's usage.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct FleetRelease {
+    pub(crate) removed: Vec<String>,
+    pub(crate) kept: Vec<String>,
+}
+
+/// Forgets names a load found missing from the store. Replies with the fleet's usage.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct FleetVanished(pub(crate) Vec<String>);
+
+/// The fleet's usage.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct GetFleetUsage;
+
+/// This node's view of the index: whether it is joined, the live nodes it last saw, and why it
+/// is not joined.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "FleetStatus")]
+pub(crate) struct GetFleetStatus;
+
+/// See [`GetFleetStatus`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub(crate) struct FleetStatus {
+    /// This node's id in the fleet.
+    pub(crate) node: String,
+    /// True while the node is connected and joined.
+    pub(crate) joined: bool,
+    /// Live nodes on this bucket at the last heartbeat (this one included).
+    pub(crate) nodes: u64,
+    /// Why the node is not joined (unset while joined).
+    pub(crate) reason: Option<String>,
+    /// Times the node (re)joined.
+    pub(crate) joins: u64,
+}

@@ -1,0 +1,440 @@
+//! The fleet index: what every node on one bucket shares, kept in a Redis-protocol server
+//! (Redis or Valkey), so that many kvtier processes on one bucket behave as one adapter.
+//!
+//! One [`FleetIndex`] actor per adapter owns the connection (redis-rs' multiplexed connection:
+//! the actor's futures share it, nothing else does) and this node's view: joined or not, the
+//! live nodes, why it is alone. Each message is one Lua script on the server
+//! ([`scripts`]), so a batch is one round trip and atomic there; the actor itself holds no
+//! object state and takes no lock.
+//!
+//! Invariants, as the scripts keep them on the server:
+//! - **Usage** (`usage`) is the sum of `size` over the objects the index knows, in total and
+//!   per cache salt; an object counts once, at its last stored size.
+//! - **Locks**: `locks[name]` is the sum over live nodes of `held:NODE[name]`. A name is never
+//!   both locked and claimed for deletion: [`FleetClaim`] skips locked names, and
+//!   [`FleetLockNames`] refuses claimed ones. So a key locked on any node is never deleted by
+//!   a node that claims before it deletes.
+//! - **Liveness**: a node is live until `ttl` after its last heartbeat (server time). Any
+//!   script that reaps (join, heartbeat) drops the locks, claims and lease of every lapsed node,
+//!   so a node that dies releases everything within `ttl` + one heartbeat period of another
+//!   node. A node that finds itself reaped (its heartbeat came too late) joins again, which
+//!   drops whatever its earlier self held; a process that restarts with the same node id does
+//!   the same at its first join. No lock outlives its node.
+//! - **Eviction lease**: at most one node holds `lease`; it lapses `ttl` after its holder last
+//!   renewed it.
+//! - **Stores racing deletions**: a claim records the object's store generation; a release
+//!   forgets the object only if no store came in between, so an object stored again while its
+//!   old copy was being deleted stays known.
+//! - **Recency** is one logical clock for the fleet (a counter on the server): stores and lookup
+//!   hits of every node tick it, and eviction candidates come least recent first.
+//!
+//! The index is a cache of the bucket, never the truth: an object it does not know is probed
+//! in the store, and an object it knows that a load finds missing is forgotten
+//! ([`FleetVanished`]). While the index is unreachable, every message fails at once with
+//! [`FleetError::Unreachable`] and the node serves alone; the heartbeat timer reconnects and
+//! joins again without a restart.
+
+#![cfg_attr(not(test), allow(dead_code))]
+
+mod messages;
+mod scripts;
+#[cfg(test)]
+mod tests;
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use actix::fut::{ready, wrap_future};
+use actix::prelude::*;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, RedisError, Script, Value};
+
+use crate::config::Secret;
+pub(crate) use messages::*;
+use scripts::Scripts;
+
+/// Liveness of a node after its last heartbeat, by default.
+pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
+
+/// Where the index is and who this node is.
+#[derive(Debug, Clone)]
+pub(crate) struct FleetConfig {
+    /// `redis://` or `rediss://` URL of the index (may hold a password: kept secret).
+    pub(crate) url: Secret,
+    /// This node's id, unique in the fleet.
+    pub(crate) node: String,
+    /// The bucket's identity (endpoint + bucket + prefix, or base path): nodes with the same
+    /// identity share usage, locks, recency and the eviction lease.
+    pub(crate) identity: String,
+    /// Liveness after the last heartbeat; heartbeats are sent every `ttl / 3`.
+    pub(crate) ttl: Duration,
+    /// How long one request to the index may take before the node treats it as unreachable.
+    pub(crate) timeout: Duration,
+}
+
+/// The fleet index actor of one adapter. See the module docs.
+pub(crate) struct FleetIndex {
+    config: FleetConfig,
+    client: Option<redis::Client>,
+    conn: Option<MultiplexedConnection>,
+    connecting: bool,
+    scripts: Rc<Scripts>,
+    /// `kvtier:{IDENTITY}:` and its usage hash (the key a cluster routes by).
+    prefix: Rc<str>,
+    usage_key: Rc<str>,
+    status: FleetStatus,
+}
+
+impl FleetIndex {
+    /// A fleet index actor; it connects and joins once started, and keeps trying every
+    /// heartbeat period while the index is unreachable.
+    pub(crate) fn new(config: FleetConfig) -> Self {
+        let prefix: Rc<str> = format!("kvtier:{{{}}}:", config.identity).into();
+        let usage_key = format!("{prefix}usage").into();
+        // The URL is checked here, its error kept without the URL (it may hold a password).
+        let (client, reason) = match redis::Client::open(config.url.expose()) {
+            Ok(c) => (Some(c), None),
+            Err(e) => (
+                None,
+                Some(format!(
+                    "fleet `index` is not a valid redis:// or rediss:// URL ({:?})",
+                    e.kind()
+                )),
+            ),
+        };
+        let status = FleetStatus {
+            node: config.node.clone(),
+            joined: false,
+            nodes: 0,
+            reason: reason.or_else(|| Some("not connected yet".into())),
+            joins: 0,
+        };
+        Self {
+            config,
+            client,
+            conn: None,
+            connecting: false,
+            scripts: Rc::new(Scripts::new()),
+            prefix,
+            usage_key,
+            status,
+        }
+    }
+
+    /// Runs one script with `ARGV[1]` = the prefix and `args` after it.
+    fn run<T: 'static>(
+        &mut self,
+        pick: fn(&Scripts) -> &Script,
+        args: Vec<String>,
+        parse: impl FnOnce(Value) -> Result<T, FleetError> + 'static,
+    ) -> ResponseActFuture<Self, Result<T, FleetError>> {
+        let Some(mut conn) = self.conn.clone().filter(|_| self.status.joined) else {
+            let reason = self.status.reason.clone().unwrap_or_default();
+            return Box::pin(ready(Err(FleetError::Unreachable(reason))));
+        };
+        let (scripts, key, prefix) = (
+            self.scripts.clone(),
+            self.usage_key.clone(),
+            self.prefix.clone(),
+        );
+        let call = async move {
+            let mut inv = pick(&scripts).key(&*key);
+            inv.arg(&*prefix);
+            for a in &args {
+                inv.arg(a);
+            }
+            inv.invoke_async::<Value>(&mut conn).await
+        };
+        Box::pin(
+            wrap_future(call).map(move |res, act: &mut Self, _| match res {
+                Ok(v) => parse(v),
+                Err(e) => Err(act.failed(&e)),
+            }),
+        )
+    }
+
+    /// Classifies a failed request: a connection that broke or timed out leaves the node alone
+    /// until the next heartbeat reconnects.
+    fn failed(&mut self, e: &RedisError) -> FleetError {
+        let reason = e.to_string();
+        if e.is_io_error()
+            || e.is_timeout()
+            || e.is_connection_dropped()
+            || e.is_connection_refusal()
+        {
+            self.conn = None;
+            self.alone(reason.clone());
+            FleetError::Unreachable(reason)
+        } else {
+            FleetError::Index(reason)
+        }
+    }
+
+    fn alone(&mut self, reason: String) {
+        if self.status.joined {
+            tracing::warn!(node = %self.config.node, %reason, "fleet index unreachable; serving alone");
+        }
+        self.status.joined = false;
+        self.status.reason = Some(reason);
+    }
+
+    fn ttl_ms(&self) -> String {
+        self.config.ttl.as_millis().to_string()
+    }
+
+    /// One heartbeat: connect and join when not joined, else renew liveness (and join again if
+    /// this node was reaped).
+    fn beat(&mut self, ctx: &mut Context<Self>) {
+        if self.connecting {
+            return;
+        }
+        let args = vec![self.config.node.clone(), self.ttl_ms()];
+        if let (Some(conn), true) = (self.conn.clone(), self.status.joined) {
+            let fut = self.run(|s| &s.beat, args, parse_int);
+            ctx.spawn(fut.map(|res, act, ctx| match res {
+                Ok(-1) => {
+                    tracing::warn!(node = %act.config.node, "fleet: this node had lapsed; joining again");
+                    act.status.joined = false;
+                    act.join(conn, ctx);
+                }
+                Ok(n) => act.status.nodes = n.max(0) as u64,
+                Err(_) => {}
+            }));
+            return;
+        }
+        if let Some(conn) = self.conn.clone() {
+            self.join(conn, ctx);
+            return;
+        }
+        let Some(client) = self.client.clone() else {
+            return;
+        };
+        self.connecting = true;
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.config.timeout))
+            .set_response_timeout(Some(self.config.timeout));
+        let connect = async move {
+            client
+                .get_multiplexed_async_connection_with_config(&config)
+                .await
+        };
+        ctx.spawn(wrap_future(connect).map(|res, act: &mut Self, ctx| {
+            act.connecting = false;
+            match res {
+                Ok(conn) => {
+                    act.conn = Some(conn.clone());
+                    act.join(conn, ctx);
+                }
+                Err(e) => act.alone(e.to_string()),
+            }
+        }));
+    }
+
+    /// Joins (or joins again): drops what an earlier process with this node id held.
+    fn join(&mut self, mut conn: MultiplexedConnection, ctx: &mut Context<Self>) {
+        self.connecting = true;
+        let (scripts, key, prefix) = (
+            self.scripts.clone(),
+            self.usage_key.clone(),
+            self.prefix.clone(),
+        );
+        let (node, ttl) = (self.config.node.clone(), self.ttl_ms());
+        let call = async move {
+            scripts
+                .join
+                .key(&*key)
+                .arg(&*prefix)
+                .arg(node)
+                .arg(ttl)
+                .invoke_async::<i64>(&mut conn)
+                .await
+        };
+        ctx.spawn(wrap_future(call).map(|res, act: &mut Self, _| {
+            act.connecting = false;
+            match res {
+                Ok(n) => {
+                    act.status.joined = true;
+                    act.status.reason = None;
+                    act.status.nodes = n.max(0) as u64;
+                    act.status.joins += 1;
+                    tracing::info!(node = %act.config.node, nodes = n, "fleet: joined the index");
+                }
+                Err(e) => {
+                    act.failed(&e);
+                }
+            }
+        }));
+    }
+}
+
+impl Actor for FleetIndex {
+    type Context = Context<Self>;
+
+    fn started(&mut self, ctx: &mut Self::Context) {
+        self.beat(ctx);
+        ctx.run_interval(self.config.ttl / 3, |act, ctx| act.beat(ctx));
+    }
+}
+
+fn bad_reply(what: &str, v: &Value) -> FleetError {
+    FleetError::Index(format!("unexpected reply to {what}: {v:?}"))
+}
+
+fn parse_int(v: Value) -> Result<i64, FleetError> {
+    match v {
+        Value::Int(n) => Ok(n),
+        other => Err(bad_reply("an integer script", &other)),
+    }
+}
+
+fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
+    redis::from_redis_value::<Vec<String>>(v.clone()).map_err(|_| bad_reply(what, &v))
+}
+
+fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
+    let flat = parse_strings("usage", v)?;
+    let mut u = FleetUsage::default();
+    for pair in flat.chunks_exact(2) {
+        let n = pair[1].parse::<i64>().unwrap_or(0).max(0) as u64;
+        match pair[0].as_str() {
+            "bytes" => u.bytes = n,
+            "objects" => u.objects = n,
+            f => {
+                if let Some(salt) = f.strip_prefix("salt:") {
+                    if n > 0 {
+                        u.by_salt.insert(salt.to_string(), n);
+                    }
+                }
+            }
+        }
+    }
+    Ok(u)
+}
+
+impl Handler<FleetStored> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
+        let mut args = Vec::with_capacity(msg.0.len() * 3);
+        for o in msg.0 {
+            args.extend([o.name, o.salt, o.size.to_string()]);
+        }
+        self.run(|s| &s.stored, args, parse_usage)
+    }
+}
+
+impl Handler<FleetLockNames> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<Vec<FleetLock>, FleetError>>;
+
+    fn handle(&mut self, msg: FleetLockNames, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![self.config.node.clone()];
+        args.extend(msg.0);
+        self.run(
+            |s| &s.lock,
+            args,
+            |v| {
+                let codes = redis::from_redis_value::<Vec<i64>>(v.clone())
+                    .map_err(|_| bad_reply("lock", &v))?;
+                Ok(codes
+                    .into_iter()
+                    .map(|c| match c {
+                        c if c < 0 => FleetLock::Deleting,
+                        0 => FleetLock::Unknown,
+                        size => FleetLock::Known(size as u64),
+                    })
+                    .collect())
+            },
+        )
+    }
+}
+
+impl Handler<FleetUnlock> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<(), FleetError>>;
+
+    fn handle(&mut self, msg: FleetUnlock, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![self.config.node.clone()];
+        args.extend(msg.0);
+        self.run(|s| &s.unlock, args, |_| Ok(()))
+    }
+}
+
+impl Handler<FleetTouch> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<(), FleetError>>;
+
+    fn handle(&mut self, msg: FleetTouch, _: &mut Self::Context) -> Self::Result {
+        self.run(|s| &s.touch, msg.0, |_| Ok(()))
+    }
+}
+
+impl Handler<FleetLease> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<bool, FleetError>>;
+
+    fn handle(&mut self, _: FleetLease, _: &mut Self::Context) -> Self::Result {
+        let args = vec![self.config.node.clone(), self.ttl_ms()];
+        self.run(|s| &s.lease, args, |v| parse_int(v).map(|n| n == 1))
+    }
+}
+
+impl Handler<FleetCandidates> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<Vec<(String, u64)>, FleetError>>;
+
+    fn handle(&mut self, msg: FleetCandidates, _: &mut Self::Context) -> Self::Result {
+        let args = vec![msg.limit.to_string(), msg.scan.max(msg.limit).to_string()];
+        self.run(
+            |s| &s.candidates,
+            args,
+            |v| {
+                let flat = parse_strings("candidates", v)?;
+                Ok(flat
+                    .chunks_exact(2)
+                    .map(|p| (p[0].clone(), p[1].parse().unwrap_or(0)))
+                    .collect())
+            },
+        )
+    }
+}
+
+impl Handler<FleetClaim> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<Vec<String>, FleetError>>;
+
+    fn handle(&mut self, msg: FleetClaim, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![self.config.node.clone()];
+        args.extend(msg.0);
+        self.run(|s| &s.claim, args, |v| parse_strings("claim", v))
+    }
+}
+
+impl Handler<FleetRelease> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetRelease, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![self.config.node.clone(), msg.removed.len().to_string()];
+        args.extend(msg.removed);
+        args.extend(msg.kept);
+        self.run(|s| &s.release, args, parse_usage)
+    }
+}
+
+impl Handler<FleetVanished> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetVanished, _: &mut Self::Context) -> Self::Result {
+        self.run(|s| &s.vanished, msg.0, parse_usage)
+    }
+}
+
+impl Handler<GetFleetUsage> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, _: GetFleetUsage, _: &mut Self::Context) -> Self::Result {
+        self.run(|s| &s.usage, Vec::new(), parse_usage)
+    }
+}
+
+impl Handler<GetFleetStatus> for FleetIndex {
+    type Result = MessageResult<GetFleetStatus>;
+
+    fn handle(&mut self, _: GetFleetStatus, _: &mut Self::Context) -> Self::Result {
+        MessageResult(self.status.clone())
+    }
+}

@@ -1,0 +1,284 @@
+//! The fleet index's Lua scripts: each batch is one script, so each is atomic on the server and
+//! one round trip.
+//!
+//! Every script gets `KEYS[1]` = the bucket's usage hash (so a cluster client routes it to the
+//! bucket's slot) and `ARGV[1]` = the bucket's key prefix `kvtier:{IDENTITY}:`. The other keys
+//! are built from that prefix inside the script; the `{IDENTITY}` hash tag puts all of them in
+//! one slot, so the scripts also run on a Redis or Valkey cluster. Times come from the server's
+//! `TIME` (milliseconds), never from a node's clock, so nodes with skewed clocks agree on
+//! liveness; recency is the fleet's logical clock (`clock`, one tick per store or hit), so
+//! every node sees one order of accesses.
+//!
+//! The keys, under the prefix (see the module docs of [`super`] for the invariants):
+//! - `size` (hash): object name → size in bytes; the objects the fleet knows.
+//! - `salt` (hash): object name → cache salt, for salted objects only.
+//! - `gen` (hash): object name → a counter bumped by each store, so a deletion claimed before a
+//!   store does not forget the new object.
+//! - `usage` (hash): `bytes`, `objects`, and `salt:SALT` → bytes per cache salt (`salt:` for
+//!   unsalted objects).
+//! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
+//! - `recency` (sorted set): object name → the tick of its last store or lookup hit.
+//! - `locks` (hash): object name → lock count over every live node.
+//! - `held:NODE` (hash): object name → that node's lock count.
+//! - `deleting` (hash): object name → its `gen` when a node claimed its deletion.
+//! - `claims:NODE` (set): the names a node has claimed and not released.
+//! - `nodes` (sorted set): node id → the server time its liveness lapses.
+//! - `lease` (string, with a TTL): the node allowed to choose eviction victims.
+
+use redis::Script;
+
+/// Helpers every script starts with: `p` (the prefix), `now_ms()`, `forget(name)` (remove an
+/// object from the index and its usage) and `reap(now)` (release everything of nodes whose
+/// liveness lapsed).
+const PRELUDE: &str = r#"
+local p = ARGV[1]
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+local function add_usage(salt, delta, objects)
+  redis.call('HINCRBY', p..'usage', 'bytes', delta)
+  redis.call('HINCRBY', p..'usage', 'objects', objects)
+  if redis.call('HINCRBY', p..'usage', 'salt:'..salt, delta) <= 0 then
+    redis.call('HDEL', p..'usage', 'salt:'..salt)
+  end
+end
+local function tick()
+  return redis.call('INCR', p..'clock')
+end
+local function forget(name)
+  local size = redis.call('HGET', p..'size', name)
+  if size then
+    local salt = redis.call('HGET', p..'salt', name) or ''
+    redis.call('HDEL', p..'size', name)
+    redis.call('HDEL', p..'salt', name)
+    add_usage(salt, -tonumber(size), -1)
+  end
+  redis.call('HDEL', p..'gen', name)
+  redis.call('ZREM', p..'recency', name)
+end
+local function drop_node(node)
+  local held = redis.call('HGETALL', p..'held:'..node)
+  for i = 1, #held, 2 do
+    if redis.call('HINCRBY', p..'locks', held[i], -tonumber(held[i + 1])) <= 0 then
+      redis.call('HDEL', p..'locks', held[i])
+    end
+  end
+  redis.call('DEL', p..'held:'..node)
+  for _, name in ipairs(redis.call('SMEMBERS', p..'claims:'..node)) do
+    redis.call('HDEL', p..'deleting', name)
+  end
+  redis.call('DEL', p..'claims:'..node)
+  if redis.call('GET', p..'lease') == node then
+    redis.call('DEL', p..'lease')
+  end
+end
+local function reap(now)
+  local dead = redis.call('ZRANGEBYSCORE', p..'nodes', '-inf', now)
+  for _, node in ipairs(dead) do
+    drop_node(node)
+    redis.call('ZREM', p..'nodes', node)
+  end
+  return #dead
+end
+"#;
+
+/// The script sources after the prelude.
+const JOIN: &str = r#"
+-- ARGV: p, node, ttl_ms. A node (re)joining drops what an earlier process with its id held.
+local node, ttl = ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+drop_node(node)
+redis.call('ZADD', p..'nodes', now + ttl, node)
+reap(now)
+return redis.call('ZCARD', p..'nodes')
+"#;
+
+const BEAT: &str = r#"
+-- ARGV: p, node, ttl_ms. Returns the number of live nodes, or -1 when this node had lapsed
+-- (it was reaped: its locks are gone, and it must join again).
+local node, ttl = ARGV[2], tonumber(ARGV[3])
+local now = now_ms()
+reap(now)
+if redis.call('ZSCORE', p..'nodes', node) == false then
+  return -1
+end
+redis.call('ZADD', p..'nodes', now + ttl, node)
+return redis.call('ZCARD', p..'nodes')
+"#;
+
+const STORED: &str = r#"
+-- ARGV: p, then (name, salt, size) per object. Returns the usage hash.
+for i = 2, #ARGV, 3 do
+  local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  local old = tonumber(redis.call('HGET', p..'size', name) or '0')
+  local old_salt = redis.call('HGET', p..'salt', name) or ''
+  if old > 0 then add_usage(old_salt, -old, -1) end
+  redis.call('HSET', p..'size', name, size)
+  if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
+  add_usage(salt, size, 1)
+  redis.call('HINCRBY', p..'gen', name, 1)
+  redis.call('ZADD', p..'recency', tick(), name)
+end
+return redis.call('HGETALL', p..'usage')
+"#;
+
+const LOCK: &str = r#"
+-- ARGV: p, node, names. Per name: -1 (being deleted: not locked), else locked and the size the
+-- index knows (0: unknown, the node must probe the store). A known name's recency is refreshed.
+local node = ARGV[2]
+local out = {}
+for i = 3, #ARGV do
+  local name = ARGV[i]
+  if redis.call('HEXISTS', p..'deleting', name) == 1 then
+    out[#out + 1] = -1
+  else
+    redis.call('HINCRBY', p..'locks', name, 1)
+    redis.call('HINCRBY', p..'held:'..node, name, 1)
+    local size = redis.call('HGET', p..'size', name)
+    if size then
+      redis.call('ZADD', p..'recency', tick(), name)
+      out[#out + 1] = tonumber(size)
+    else
+      out[#out + 1] = 0
+    end
+  end
+end
+return out
+"#;
+
+const UNLOCK: &str = r#"
+-- ARGV: p, node, names. A name this node does not hold (reaped, or never locked) is ignored.
+local node = ARGV[2]
+for i = 3, #ARGV do
+  local name = ARGV[i]
+  local mine = redis.call('HINCRBY', p..'held:'..node, name, -1)
+  if mine <= 0 then redis.call('HDEL', p..'held:'..node, name) end
+  if mine >= 0 then
+    if redis.call('HINCRBY', p..'locks', name, -1) <= 0 then
+      redis.call('HDEL', p..'locks', name)
+    end
+  end
+end
+return 0
+"#;
+
+const TOUCH: &str = r#"
+-- ARGV: p, names. Refreshes the recency of the names the index knows.
+for i = 2, #ARGV do
+  redis.call('ZADD', p..'recency', 'XX', tick(), ARGV[i])
+end
+return 0
+"#;
+
+const LEASE: &str = r#"
+-- ARGV: p, node, ttl_ms. 1 when this node holds the eviction lease (taken or renewed), else 0.
+local node, ttl = ARGV[2], tonumber(ARGV[3])
+local holder = redis.call('GET', p..'lease')
+if holder == false then
+  redis.call('SET', p..'lease', node, 'PX', ttl)
+  return 1
+elseif holder == node then
+  redis.call('PEXPIRE', p..'lease', ttl)
+  return 1
+end
+return 0
+"#;
+
+const CANDIDATES: &str = r#"
+-- ARGV: p, limit, scan. The first `limit` names by fleet recency, oldest first, among the
+-- `scan` oldest, that no node locks and none is deleting; as name, size pairs.
+local limit, scan = tonumber(ARGV[2]), tonumber(ARGV[3])
+local out = {}
+for _, name in ipairs(redis.call('ZRANGE', p..'recency', 0, scan - 1)) do
+  if #out >= 2 * limit then break end
+  if redis.call('HEXISTS', p..'locks', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
+    out[#out + 1] = name
+    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+  end
+end
+return out
+"#;
+
+const CLAIM: &str = r#"
+-- ARGV: p, node, names. Claims the deletion of each name no node locks and none is deleting;
+-- returns the names claimed. Until released, lookups do not lock them.
+local node = ARGV[2]
+local out = {}
+for i = 3, #ARGV do
+  local name = ARGV[i]
+  if redis.call('HEXISTS', p..'locks', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
+    redis.call('HSET', p..'deleting', name, redis.call('HGET', p..'gen', name) or '0')
+    redis.call('SADD', p..'claims:'..node, name)
+    out[#out + 1] = name
+  end
+end
+return out
+"#;
+
+const RELEASE: &str = r#"
+-- ARGV: p, node, n_removed, then n_removed names the node deleted from the store, then names
+-- it kept. A removed name is forgotten unless it was stored again since the claim. Returns the
+-- usage hash.
+local node, n = ARGV[2], tonumber(ARGV[3])
+for i = 4, #ARGV do
+  local name = ARGV[i]
+  if redis.call('SREM', p..'claims:'..node, name) == 1 then
+    local claimed = redis.call('HGET', p..'deleting', name)
+    redis.call('HDEL', p..'deleting', name)
+    if i < 4 + n and claimed == (redis.call('HGET', p..'gen', name) or '0') then
+      forget(name)
+    end
+  end
+end
+return redis.call('HGETALL', p..'usage')
+"#;
+
+const VANISHED: &str = r#"
+-- ARGV: p, names: objects a node found missing from the store. Returns the usage hash.
+for i = 2, #ARGV do
+  if redis.call('HEXISTS', p..'deleting', ARGV[i]) == 0 then forget(ARGV[i]) end
+end
+return redis.call('HGETALL', p..'usage')
+"#;
+
+const USAGE: &str = r#"
+-- ARGV: p. The usage hash.
+return redis.call('HGETALL', p..'usage')
+"#;
+
+/// The loaded scripts (each hashed once; `EVALSHA` with a fallback to `EVAL`).
+pub(super) struct Scripts {
+    pub(super) join: Script,
+    pub(super) beat: Script,
+    pub(super) stored: Script,
+    pub(super) lock: Script,
+    pub(super) unlock: Script,
+    pub(super) touch: Script,
+    pub(super) lease: Script,
+    pub(super) candidates: Script,
+    pub(super) claim: Script,
+    pub(super) release: Script,
+    pub(super) vanished: Script,
+    pub(super) usage: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Self {
+            join: s(JOIN),
+            beat: s(BEAT),
+            stored: s(STORED),
+            lock: s(LOCK),
+            unlock: s(UNLOCK),
+            touch: s(TOUCH),
+            lease: s(LEASE),
+            candidates: s(CANDIDATES),
+            claim: s(CLAIM),
+            release: s(RELEASE),
+            vanished: s(VANISHED),
+            usage: s(USAGE),
+        }
+    }
+}

@@ -1,0 +1,477 @@
+//! Message-level tests of the fleet index against a real `redis-server` (Debian's package;
+//! `scripts/test-all.sh` installs it), started by each test on 127.0.0.1. Several
+//! [`FleetIndex`] actors on one bucket identity stand for several nodes.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use actix::prelude::*;
+
+use super::*;
+
+/// A `redis-server` on 127.0.0.1 with nothing persisted, ended on drop.
+struct RedisServer {
+    child: Child,
+    port: u16,
+    _dir: tempfile::TempDir,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl RedisServer {
+    fn start() -> Self {
+        Self::start_on(free_port(), &[])
+    }
+
+    fn start_on(port: u16, extra: &[&str]) -> Self {
+        let bin = std::env::var("KVTIER_REDIS_SERVER").unwrap_or_else(|_| "redis-server".into());
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(&bin)
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .args(extra)
+            .arg("--dir")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start `{bin}` ({e}): the fleet tests need a Redis server; install \
+                     Debian's `redis-server` (scripts/test-all.sh does) or set KVTIER_REDIS_SERVER"
+                )
+            });
+        let server = Self {
+            child,
+            port,
+            _dir: dir,
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "redis-server did not listen on {port}"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        server
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Stops a node's actor without unlocking or releasing anything, as a process that dies.
+#[derive(Message)]
+#[rtype(result = "()")]
+struct Die;
+
+impl Handler<Die> for FleetIndex {
+    type Result = ();
+
+    fn handle(&mut self, _: Die, ctx: &mut Self::Context) {
+        ctx.stop();
+    }
+}
+
+fn config(url: &str, node: &str, ttl: Duration) -> FleetConfig {
+    FleetConfig {
+        url: Secret::new(url),
+        node: node.into(),
+        identity: "s3:127.0.0.1/bucket/prefix".into(),
+        ttl,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+/// Polls `f` until it holds (a generous bound: a failure, not a timing assertion).
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        actix_rt::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+async fn joined(node: &Addr<FleetIndex>, joins: u64) {
+    until("the node joined", || async {
+        let s = node.send(GetFleetStatus).await.unwrap();
+        s.joined && s.joins >= joins
+    })
+    .await;
+}
+
+async fn node_with(url: &str, name: &str, ttl: Duration) -> Addr<FleetIndex> {
+    let addr = FleetIndex::new(config(url, name, ttl)).start();
+    joined(&addr, 1).await;
+    addr
+}
+
+async fn node(url: &str, name: &str) -> Addr<FleetIndex> {
+    node_with(url, name, DEFAULT_TTL).await
+}
+
+fn obj(name: &str, salt: &str, size: u64) -> FleetObject {
+    FleetObject {
+        name: name.into(),
+        salt: salt.into(),
+        size,
+    }
+}
+
+fn names(n: &[&str]) -> Vec<String> {
+    n.iter().map(|s| s.to_string()).collect()
+}
+
+async fn usage(node: &Addr<FleetIndex>) -> FleetUsage {
+    node.send(GetFleetUsage).await.unwrap().unwrap()
+}
+
+#[actix_rt::test]
+async fn usage_is_one_total_for_every_node() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    a.send(FleetStored(vec![obj("x", "", 100), obj("y", "s", 200)]))
+        .await
+        .unwrap()
+        .unwrap();
+    let u = b
+        .send(FleetStored(vec![obj("y", "s", 200), obj("z", "", 50)]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects), (350, 3), "y counts once");
+    assert_eq!(u.by_salt.get(""), Some(&150));
+    assert_eq!(u.by_salt.get("s"), Some(&200));
+    // A store with another size moves usage by the difference.
+    let u = a
+        .send(FleetStored(vec![obj("x", "", 120)]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects), (370, 3));
+    assert_eq!(usage(&a).await, usage(&b).await);
+    // Each node's status counts the live nodes at its last heartbeat.
+    until("a sees two nodes", || async {
+        a.send(GetFleetStatus).await.unwrap().nodes == 2
+    })
+    .await;
+}
+
+#[actix_rt::test]
+async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    a.send(FleetStored(vec![obj("x", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    let locked = a
+        .send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(locked, vec![FleetLock::Known(100)]);
+    assert!(b
+        .send(FleetClaim(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+    assert!(b
+        .send(FleetCandidates {
+            limit: 10,
+            scan: 10
+        })
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+
+    // Two nodes' locks are counted apart: a's unlock leaves b's.
+    b.send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
+    assert!(a
+        .send(FleetClaim(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+    // An unlock of a name a node does not hold changes nothing.
+    a.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
+    assert!(a
+        .send(FleetClaim(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+    b.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
+
+    // Claimed: no node locks it until it is released.
+    assert_eq!(
+        b.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
+        names(&["x"])
+    );
+    assert!(
+        a.send(FleetClaim(names(&["x"])))
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty(),
+        "one claim"
+    );
+    let refused = a
+        .send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(refused, vec![FleetLock::Deleting]);
+    let u = b
+        .send(FleetRelease {
+            removed: names(&["x"]),
+            kept: vec![],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects), (0, 0));
+    let after = a
+        .send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        after,
+        vec![FleetLock::Unknown],
+        "forgotten: a lookup probes the store"
+    );
+}
+
+#[actix_rt::test]
+async fn lookups_of_keys_another_node_stored_come_from_the_index() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    let objects: Vec<_> = (0..80)
+        .map(|i| obj(&format!("k{i}"), "", 1000 + i))
+        .collect();
+    a.send(FleetStored(objects)).await.unwrap().unwrap();
+    let mut asked: Vec<String> = (0..80).map(|i| format!("k{i}")).collect();
+    asked.push("never-stored".into());
+    let found = b.send(FleetLockNames(asked)).await.unwrap().unwrap();
+    let mut want: Vec<_> = (0..80).map(|i| FleetLock::Known(1000 + i)).collect();
+    want.push(FleetLock::Unknown);
+    assert_eq!(found, want);
+}
+
+#[actix_rt::test]
+async fn eviction_candidates_follow_fleet_recency() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    for n in ["c", "b", "a"] {
+        a.send(FleetStored(vec![obj(n, "", 10)]))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let order = |v: Vec<(String, u64)>| v.into_iter().map(|(n, _)| n).collect::<Vec<_>>();
+    let c = b
+        .send(FleetCandidates { limit: 3, scan: 10 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(order(c), names(&["c", "b", "a"]), "oldest store first");
+    // A hit on another node makes `c` the most recent for the whole fleet.
+    b.send(FleetTouch(names(&["c"]))).await.unwrap().unwrap();
+    let c = a
+        .send(FleetCandidates { limit: 3, scan: 10 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(order(c), names(&["b", "a", "c"]));
+    // A locked name is skipped, and `limit` bounds the answer.
+    b.send(FleetLockNames(names(&["b"])))
+        .await
+        .unwrap()
+        .unwrap();
+    let c = a
+        .send(FleetCandidates { limit: 1, scan: 10 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(c, vec![("a".to_string(), 10)]);
+}
+
+#[actix_rt::test]
+async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
+    let redis = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let (a, b) = (
+        node_with(&redis.url(), "a", ttl).await,
+        node_with(&redis.url(), "b", ttl).await,
+    );
+    a.send(FleetStored(vec![obj("x", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(a.send(FleetLease).await.unwrap().unwrap());
+    assert!(!b.send(FleetLease).await.unwrap().unwrap(), "one holder");
+    assert!(
+        a.send(FleetLease).await.unwrap().unwrap(),
+        "renewed by its holder"
+    );
+    assert!(b
+        .send(FleetClaim(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap()
+        .is_empty());
+
+    // `a` dies holding the lease and a lock: both lapse, and `b`'s heartbeat reaps them.
+    a.send(Die).await.unwrap();
+    until("b takes the lease", || async {
+        b.send(FleetLease).await.unwrap().unwrap()
+    })
+    .await;
+    until("a's lock is released", || async {
+        !b.send(FleetClaim(names(&["x"])))
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty()
+    })
+    .await;
+    assert_eq!(b.send(GetFleetStatus).await.unwrap().nodes, 1);
+}
+
+#[actix_rt::test]
+async fn a_node_that_restarts_with_its_id_drops_its_earlier_locks() {
+    let redis = RedisServer::start();
+    let a = node(&redis.url(), "a").await;
+    a.send(FleetStored(vec![obj("x", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(Die).await.unwrap();
+    // Long before its liveness lapses, the same node id joins again.
+    let a = node(&redis.url(), "a").await;
+    assert_eq!(
+        a.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
+        names(&["x"])
+    );
+}
+
+#[actix_rt::test]
+async fn a_store_during_a_deletion_keeps_the_new_object() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    a.send(FleetStored(vec![obj("x", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        a.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
+        names(&["x"])
+    );
+    b.send(FleetStored(vec![obj("x", "", 300)]))
+        .await
+        .unwrap()
+        .unwrap();
+    let u = a
+        .send(FleetRelease {
+            removed: names(&["x"]),
+            kept: vec![],
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects), (300, 1), "b's object stays known");
+    let l = b
+        .send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(l, vec![FleetLock::Known(300)]);
+    // A vanished object is forgotten.
+    let u = b.send(FleetVanished(names(&["x"]))).await.unwrap().unwrap();
+    assert_eq!((u.bytes, u.objects), (0, 0));
+}
+
+#[actix_rt::test]
+async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart() {
+    let port = free_port();
+    let url = format!("redis://:hunter2-secret@127.0.0.1:{port}/0");
+    let a = FleetIndex::new(config(&url, "a", Duration::from_millis(300))).start();
+    until("a reports why it is alone", || async {
+        a.send(GetFleetStatus)
+            .await
+            .unwrap()
+            .reason
+            .is_some_and(|r| r != "not connected yet")
+    })
+    .await;
+    let err = a
+        .send(FleetStored(vec![obj("x", "", 1)]))
+        .await
+        .unwrap()
+        .unwrap_err();
+    assert!(matches!(err, FleetError::Unreachable(_)), "{err:?}");
+    let status = a.send(GetFleetStatus).await.unwrap();
+    assert!(!status.joined);
+    for text in [format!("{err}"), format!("{status:?}")] {
+        assert!(!text.contains("hunter2"), "the password leaked: {text}");
+    }
+
+    // The server comes up (with a password): the node joins on its own.
+    let auth = ["--requirepass", "hunter2-secret"];
+    let redis = RedisServer::start_on(port, &auth);
+    joined(&a, 1).await;
+    a.send(FleetStored(vec![obj("x", "", 1)]))
+        .await
+        .unwrap()
+        .unwrap();
+
+    // It goes away: the next request fails at once, and the node is alone.
+    drop(redis);
+    until("a notices the index is gone", || async {
+        a.send(GetFleetUsage).await.unwrap().is_err()
+    })
+    .await;
+    assert!(!a.send(GetFleetStatus).await.unwrap().joined);
+    // And back (empty, as a restarted server without persistence): the node joins again.
+    let _redis = RedisServer::start_on(port, &auth);
+    joined(&a, 2).await;
+    assert_eq!(
+        usage(&a).await,
+        FleetUsage::default(),
+        "a restarted index starts empty"
+    );
+}
