@@ -21,7 +21,7 @@ use kvtier_actors::backends::hfbucket::HfBucketConfig;
 use kvtier_actors::backends::memory::MemoryConfig;
 #[cfg(feature = "s3")]
 use kvtier_actors::backends::s3::S3Config;
-use kvtier_actors::config::{CommonConfig, EvictionConfig, FieldError};
+use kvtier_actors::config::{CommonConfig, EvictionConfig, FieldError, FleetConfig};
 use kvtier_actors::NameFormat;
 use serde::de::DeserializeOwned;
 use serde::{Serialize, Serializer};
@@ -46,11 +46,19 @@ pub const REDACTED: &str = "<redacted>";
 /// Top-level environment variables read (besides `KVTIER_ADAPTERS__<i>__<FIELD>`).
 pub const ENV_VARS: &[&str] = &[
     "KVTIER_EVICTION_INTERVAL_MS",
+    "KVTIER_FLEET__INDEX",
+    "KVTIER_FLEET__NODE_ID",
     "KVTIER_L2_ADAPTER",
     "KVTIER_METRICS",
 ];
 
-const TOP_LEVEL_FIELDS: &[&str] = &["adapters", "l2_adapter", "eviction_interval_ms", "metrics"];
+const TOP_LEVEL_FIELDS: &[&str] = &[
+    "adapters",
+    "l2_adapter",
+    "eviction_interval_ms",
+    "metrics",
+    "fleet",
+];
 
 /// A configuration error. Every variant names where the bad value came from.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -198,6 +206,33 @@ impl AdapterSpec {
             AdapterSpec::FaultInject(_) => "fault_inject",
         }
     }
+
+    /// The bucket this adapter's objects live in, as fleet mode names it: nodes whose adapters
+    /// have the same identity share one fleet capacity, locks and recency. `None` for `memory`
+    /// (a process's own memory is no shared bucket). An `fs` path is made absolute.
+    pub fn fleet_identity(&self) -> Option<String> {
+        match self {
+            AdapterSpec::Memory(_) => None,
+            AdapterSpec::Fs(c) => {
+                let p = std::path::absolute(&c.base_path).unwrap_or_else(|_| c.base_path.clone());
+                Some(format!("fs:{}", p.display()))
+            }
+            #[cfg(feature = "s3")]
+            AdapterSpec::S3(c) => Some(format!(
+                "s3:{}|{}|{}",
+                c.s3_endpoint,
+                c.s3_bucket.as_deref().unwrap_or(""),
+                c.s3_key_prefix.as_deref().unwrap_or("")
+            )),
+            #[cfg(feature = "hfbucket")]
+            AdapterSpec::HfBucket(c) => Some(format!(
+                "hf:{}|{}",
+                c.hf_endpoint.as_deref().unwrap_or(""),
+                c.bucket_handle
+            )),
+            AdapterSpec::FaultInject(f) => f.inner.spec.fleet_identity(),
+        }
+    }
 }
 
 /// One configured adapter: common fields plus its type's own.
@@ -315,6 +350,9 @@ pub struct TierConfig {
     pub eviction_interval_ms: u64,
     /// Whether the actors record Prometheus metrics (default true; see `kvtier_actors::metrics`).
     pub metrics: bool,
+    /// `[fleet]`: share each adapter's bucket with the other nodes on the same index (see
+    /// [`FleetConfig`]); `None` (the default): this process is alone.
+    pub fleet: Option<FleetConfig>,
 }
 
 impl TierConfig {
@@ -348,6 +386,13 @@ impl TierConfig {
         self.metrics = on;
         self
     }
+
+    /// Joins the fleet on `fleet`'s index (see [`FleetConfig`]).
+    #[must_use]
+    pub fn fleet(mut self, fleet: FleetConfig) -> Self {
+        self.fleet = Some(fleet);
+        self
+    }
 }
 
 impl Default for TierConfig {
@@ -356,6 +401,7 @@ impl Default for TierConfig {
             adapters: Vec::new(),
             eviction_interval_ms: DEFAULT_EVICTION_INTERVAL_MS,
             metrics: true,
+            fleet: None,
         }
     }
 }
@@ -474,6 +520,11 @@ impl TierConfig {
             }
         };
 
+        let fleet = match top.remove("fleet") {
+            None => None,
+            Some(v) => Some(parse_fleet(v)?),
+        };
+
         let mut raw: Vec<Value> = match top.remove("adapters") {
             None => Vec::new(),
             Some(Value::Array(a)) => a,
@@ -537,6 +588,7 @@ impl TierConfig {
             adapters,
             eviction_interval_ms,
             metrics,
+            fleet,
         };
         Ok((config, notes))
     }
@@ -546,9 +598,85 @@ impl TierConfig {
         serde_json::json!({
             "eviction_interval_ms": self.eviction_interval_ms,
             "metrics": self.metrics,
+            "fleet": self.fleet,
             "adapters": self.adapters.iter().map(AdapterConfig::to_redacted_json).collect::<Vec<_>>(),
         })
     }
+}
+
+/// Parses `[fleet]` (`index`, `node_id`), naming the field that is wrong.
+fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
+    let err = |field: &str, message: String| ConfigError::Field {
+        field: format!("fleet.{field}"),
+        message,
+    };
+    let Value::Object(mut m) = v else {
+        return Err(err(
+            "",
+            format!("must be a table ([fleet]), got {}", type_name(&v)),
+        ));
+    };
+    if let Some(unknown) = m
+        .keys()
+        .find(|k| !["index", "node_id"].contains(&k.as_str()))
+    {
+        return Err(err(
+            unknown,
+            "unknown field; expected index, node_id".into(),
+        ));
+    }
+    // The URL may hold a password: errors never quote it.
+    let index = match m.remove("index") {
+        Some(Value::String(s)) if s.starts_with("redis://") || s.starts_with("rediss://") => s,
+        Some(Value::String(_)) => {
+            return Err(err(
+                "index",
+                "must be a redis:// or rediss:// URL (Redis or Valkey)".into(),
+            ))
+        }
+        Some(other) => {
+            return Err(err(
+                "index",
+                format!("must be a string, got {}", type_name(&other)),
+            ))
+        }
+        None => {
+            return Err(err(
+                "index",
+                "missing: the redis:// URL of the fleet index".into(),
+            ))
+        }
+    };
+    let mut fleet = FleetConfig::new(index);
+    match m.remove("node_id") {
+        None => {}
+        Some(Value::String(id)) if !id.trim().is_empty() => fleet = fleet.node_id(id),
+        Some(other) => {
+            return Err(err(
+                "node_id",
+                format!("must be a non-empty string, got {other}"),
+            ))
+        }
+    }
+    Ok(fleet)
+}
+
+/// Splits `fleet` off one adapter's JSON text: the LMCache plugin's `adapter_params.fleet`
+/// (`{"index": "redis://…", "node_id": "…"}`), which is the process's fleet, not an adapter
+/// field. Returns the adapter's text without it, and the fleet.
+pub fn split_fleet_json(
+    index: usize,
+    text: &str,
+) -> Result<(String, Option<FleetConfig>), ConfigError> {
+    let mut v = serde_json::from_str::<Value>(text).map_err(|e| ConfigError::Json {
+        index,
+        message: e.to_string(),
+    })?;
+    let fleet = match v.as_object_mut().and_then(|m| m.remove("fleet")) {
+        None => None,
+        Some(f) => Some(parse_fleet(f)?),
+    };
+    Ok((v.to_string(), fleet))
 }
 
 /// Parses one adapter given as LMCache JSON text (as `--l2-adapter` takes it).

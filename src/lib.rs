@@ -63,10 +63,13 @@ pub use kvtier_actors::backends::fs::FsConfig;
 pub use kvtier_actors::backends::hfbucket::HfBucketConfig;
 #[cfg(feature = "s3")]
 pub use kvtier_actors::backends::s3::S3Config;
-pub use kvtier_actors::config::{CommonConfig, EvictionConfig, EvictionPolicy, Quotas};
+pub use kvtier_actors::config::{
+    CommonConfig, EvictionConfig, EvictionPolicy, FleetConfig, Quotas,
+};
 pub use kvtier_actors::{
-    BackendError, Bitmap, Delete, ErrorKind, GetStatus, GetUsage, HostRegion, KeyPage, ListKeys,
-    Load, LoadBuf, LoadReport, LoadTarget, LookupAndLock, MissReason, NameFormat, ObjectKey,
-    Storage, Store, StoreReport, StoreSource, TierEvent, Unlock, UsageEvent, Verify, VerifyReport,
+    BackendError, Bitmap, Delete, ErrorKind, FleetStatus, GetStatus, GetUsage, HostRegion, KeyPage,
+    ListKeys, Load, LoadBuf, LoadReport, LoadTarget, LookupAndLock, MissReason, NameFormat,
+    ObjectKey, Storage, Store, StoreReport, StoreSource, TierEvent, Unlock, UsageEvent, Verify,
+    VerifyReport,
 };
 pub use tier::{StartError, Tier, TierBuilder, TierError};

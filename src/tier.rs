@@ -150,6 +150,15 @@ impl Tier {
             .map(|a| (&a.common, Slot::Spec(&a.spec)))
             .collect();
         slots.extend(commons.iter().map(|c| (c, Slot::Ready)));
+        // Fleet mode: each adapter with a shared bucket gets the fleet's index, which then
+        // drives its eviction (the eviction actor does not).
+        let identities: Vec<Option<String>> = slots
+            .iter()
+            .map(|(_, slot)| match (&config.fleet, slot) {
+                (Some(_), Slot::Spec(spec)) => spec.fleet_identity(),
+                _ => None,
+            })
+            .collect();
         let mut ready = storages.into_iter();
         if slots.is_empty() {
             return Err(StartError::NoAdapters);
@@ -158,6 +167,7 @@ impl Tier {
         let targets: Vec<EvictionTarget> = slots
             .iter()
             .enumerate()
+            .filter(|(i, _)| identities[*i].is_none())
             .filter_map(|(i, (common, _))| {
                 common.eviction.clone().map(|e| EvictionTarget {
                     adapter: i,
@@ -211,10 +221,17 @@ impl Tier {
             let adapter_metrics = metrics.as_ref().map_or_else(AdapterMetrics::off, |m| {
                 m.adapter(index, kind, common.name.as_deref())
             });
-            let (arbiter, addr) = BackendActor::new(index, storage, capacity, subscribers)
+            let mut backend = BackendActor::new(index, storage, capacity, subscribers)
                 .with_name_format(format)
-                .with_metrics(adapter_metrics)
-                .spawn();
+                .with_metrics(adapter_metrics);
+            if let (Some(fleet), Some(identity)) = (&config.fleet, &identities[index]) {
+                let eviction = common
+                    .eviction
+                    .as_ref()
+                    .filter(|e| e.eviction_policy != kvtier_actors::config::EvictionPolicy::Noop);
+                backend = backend.with_fleet(fleet, identity.clone(), eviction, interval);
+            }
+            let (arbiter, addr) = backend.spawn();
             arbiters.push(arbiter);
             handles.push(AdapterHandle::new(index, kind, addr));
         }

@@ -708,7 +708,7 @@ fn bad_inputs_get_these_exact_errors() {
         ("adapters = 5", "config: field `adapters`: must be an array of tables ([[adapters]]), got a number"),
         (
             "colour = \"blue\"",
-            "config: field `colour`: unknown field; expected one of adapters, l2_adapter, eviction_interval_ms, metrics",
+            "config: field `colour`: unknown field; expected one of adapters, l2_adapter, eviction_interval_ms, metrics, fleet",
         ),
         (
             "metrics = \"yes\"",

@@ -181,6 +181,52 @@ impl<'de> Deserialize<'de> for Quotas {
     }
 }
 
+/// `[fleet]`: the index that many kvtier processes on one bucket share (Redis or Valkey), so that
+/// together they behave as one adapter: one usage and capacity, locks no node's eviction
+/// breaks, fleet-wide recency and one evicting node at a time. Absent: each process is alone.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+#[non_exhaustive]
+pub struct FleetConfig {
+    /// `redis://[:PASSWORD@]HOST:PORT/DB` or `rediss://…` (TLS) of the index. It may hold a
+    /// password, so it is kept secret (never logged or printed).
+    pub index: Secret,
+    /// This node's id, unique in the fleet (default: the host name and the process id). A
+    /// process that restarts with the same id drops the locks its earlier self held.
+    #[serde(default)]
+    pub node_id: Option<String>,
+}
+
+impl FleetConfig {
+    /// A fleet on the index at `url`, the node id at its default.
+    pub fn new(url: impl Into<String>) -> Self {
+        Self {
+            index: Secret::new(url),
+            node_id: None,
+        }
+    }
+
+    /// Sets the node id.
+    #[must_use]
+    pub fn node_id(mut self, id: impl Into<String>) -> Self {
+        self.node_id = Some(id.into());
+        self
+    }
+
+    /// The node id: the one set, else `HOSTNAME-PID`.
+    pub fn resolved_node_id(&self) -> String {
+        self.node_id.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .ok()
+                .map(|h| h.trim().to_string())
+                .filter(|h| !h.is_empty())
+                .or_else(|| std::env::var("HOSTNAME").ok())
+                .unwrap_or_else(|| "kvtier".into());
+            format!("{host}-{}", std::process::id())
+        })
+    }
+}
+
 /// The optional `eviction` table of an adapter.
 ///
 /// Defaults depend on the policy: the LMCache policies default to watermark 0.8, ratio 0.2,

@@ -12,8 +12,8 @@
 //! All state lives inside actors; nothing here takes a lock.
 //!
 //! Features `s3` and `hfbucket` (both default) build `backends::s3` and `backends::hfbucket`
-//! with their dependencies; `memory`, `fs` and `fault_inject` are always built. Feature `fleet`
-//! (default) builds the fleet index on a Redis-protocol server.
+//! with their dependencies; `memory`, `fs` and `fault_inject` are always built. The fleet index
+//! (`[fleet]`, many processes on one bucket) is always built.
 
 #![warn(missing_docs)]
 #![warn(unreachable_pub)]
@@ -26,7 +26,6 @@ pub mod buffer;
 pub mod config;
 mod controller;
 pub mod eviction;
-#[cfg(feature = "fleet")]
 mod fleet;
 pub mod key;
 pub mod messages;
@@ -44,6 +43,7 @@ pub use controller::{
     TaskId, TierEvent,
 };
 pub use eviction::{EvictionActor, EvictionStats, EvictionTarget};
+pub use fleet::FleetStatus;
 pub use key::{KeyError, NameFormat, ObjectKey};
 pub use messages::*;
 pub use storage::{BackendError, ErrorKind, Storage, Verdict};

@@ -427,6 +427,11 @@ pub struct Usage {
     pub keys: usize,
     /// Bytes per cache salt (`""` for unsalted keys); only positive entries.
     pub bytes_by_cache_salt: BTreeMap<String, u64>,
+    /// With `[fleet]` (and the index answering): this node's own figure, from its ledger, while
+    /// `used_bytes`, `keys`, `fraction` and `bytes_by_cache_salt` are the whole fleet's on the
+    /// bucket. `None` without a fleet, or while the node is alone.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub node_used_bytes: Option<u64>,
 }
 
 /// Usage of every adapter (a backend answers with one entry).
@@ -457,6 +462,10 @@ pub struct Status {
     pub locked_keys: usize,
     /// Backend-specific details (paths, circuit-breaker state, request counters, ...).
     pub details: serde_json::Value,
+    /// With `[fleet]`: this node's view of the fleet index (joined, live nodes, why alone).
+    /// A node that is alone still serves (`is_healthy` is the store's health).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fleet: Option<crate::fleet::FleetStatus>,
 }
 
 /// Status of every adapter.

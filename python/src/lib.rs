@@ -42,7 +42,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::thread;
 
 use kvtier::actors::{ListKeys, TakeResult};
-use kvtier::config::parse_adapter_json;
+use kvtier::config::{parse_adapter_json, split_fleet_json};
 use kvtier::{AdapterSpec, Bitmap, HostRegion, ObjectKey, Tier, TierConfig, TierEvent, UsageEvent};
 use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
@@ -480,7 +480,9 @@ impl Core {
     /// field, before anything is opened; a store that cannot be opened raises `RuntimeError`.
     #[new]
     fn new(py: Python<'_>, adapter_json: &str) -> PyResult<Self> {
-        let adapter = parse_adapter_json(0, adapter_json)
+        let (adapter_json, fleet) =
+            split_fleet_json(0, adapter_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+        let adapter = parse_adapter_json(0, &adapter_json)
             .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let kind = adapter.spec.kind();
         let mut spec = &adapter.spec;
@@ -488,7 +490,10 @@ impl Core {
             spec = &f.inner.spec;
         }
         let storage_kind = spec.kind();
-        let config = TierConfig::with_adapters(vec![adapter]);
+        let mut config = TierConfig::with_adapters(vec![adapter]);
+        if let Some(fleet) = fleet {
+            config = config.fleet(fleet);
+        }
         // Owned until the runtime is up: an early return closes them.
         let owned = [new_eventfd()?, new_eventfd()?, new_eventfd()?];
         let fds = owned.each_ref().map(|f| f.as_raw_fd());
@@ -778,9 +783,18 @@ impl Drop for Core {
 /// secrets redacted.
 #[pyfunction]
 fn check_adapter(adapter_json: &str) -> PyResult<String> {
+    let (adapter_json, fleet) =
+        split_fleet_json(0, adapter_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
     let adapter =
-        parse_adapter_json(0, adapter_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
-    Ok(adapter.to_redacted_json().to_string())
+        parse_adapter_json(0, &adapter_json).map_err(|e| PyValueError::new_err(e.to_string()))?;
+    let mut resolved = adapter.to_redacted_json();
+    if let (Some(fleet), Some(m)) = (fleet, resolved.as_object_mut()) {
+        m.insert(
+            "fleet".into(),
+            serde_json::to_value(fleet).unwrap_or_default(),
+        );
+    }
+    Ok(resolved.to_string())
 }
 
 /// The `kvtier._native` module.

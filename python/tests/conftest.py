@@ -170,6 +170,27 @@ def hub():
     h.stop()
 
 
+@pytest.fixture
+def redis_url():
+    """A ``redis-server`` on 127.0.0.1 for fleet tests (Debian's package, which
+    ``scripts/test-all.sh`` installs; or ``$KVTIER_REDIS_SERVER``), ended after the test."""
+    binary = os.environ.get("KVTIER_REDIS_SERVER") or shutil.which("redis-server")
+    if not binary:
+        raise RuntimeError("the fleet tests need redis-server: apt-get install redis-server "
+                           "(scripts/test-all.sh does), or set KVTIER_REDIS_SERVER")
+    port = _free_port()
+    with tempfile.TemporaryDirectory() as d:
+        proc = subprocess.Popen(
+            [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly",
+             "no", "--dir", d], stdout=subprocess.DEVNULL)
+        try:
+            _wait_until("redis-server", lambda: socket.create_connection(("127.0.0.1", port)))
+            yield f"redis://127.0.0.1:{port}/0"
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def lmcache_adapter(spec: dict):
     """Builds an adapter exactly as LMCache's MP server does: its ``--l2-adapter`` argument
     parser, then its factory."""

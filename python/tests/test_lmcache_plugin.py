@@ -834,3 +834,37 @@ def test_adapter_dropped_without_close_stops_its_runtime():
         except OSError:
             still.append(False)
     assert not all(still)
+
+
+def test_two_plugins_in_a_fleet_share_one_index(make_adapter, redis_url, tmp_path):
+    """adapter_params.fleet: two adapters (as two serving processes would be) on one directory
+    and one index; each sees the other in its status, and usage is the fleet's."""
+    def params(node):
+        return {"type": "fs", "base_path": str(tmp_path), "max_capacity_gb": 1,
+                "eviction": {"eviction_policy": "LRU"},
+                "fleet": {"index": redis_url, "node_id": node}}
+
+    a = make_adapter(plugin_spec(params("a")))
+    b = make_adapter(plugin_spec(params("b")))
+
+    def both_joined():
+        sa, sb = a.report_status(), b.report_status()
+        return all(s.get("fleet", {}).get("joined") and s["fleet"]["nodes"] == 2
+                   for s in (sa, sb))
+
+    deadline = time.monotonic() + TIMEOUT
+    while not both_joined():
+        assert time.monotonic() < deadline, (a.report_status(), b.report_status())
+        time.sleep(0.05)
+    assert a.report_status()["fleet"]["node"] == "a"
+    model = unique("m/")
+    keys = keys_for(model, 3)
+    objs = [mobj(2048, seed=i) for i in range(3)]
+    assert store(a, keys, objs).is_successful()
+    assert lookup(b, keys) == [True] * 3
+    outs = [mobj(2048) for _ in objs]
+    assert load(b, keys, outs) == [True] * 3
+    assert [data(o) for o in outs] == [data(o) for o in objs]
+    b.submit_unlock(keys)
+    usage = json.loads(b._core.usage_json())["adapters"][0]
+    assert usage["used_bytes"] == 3 * 2048 and "node_used_bytes" in usage, usage

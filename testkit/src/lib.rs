@@ -5,6 +5,7 @@
 pub mod conformance;
 pub mod garage;
 pub mod hub;
+pub mod redis;
 
 use std::time::{Duration, Instant};
 

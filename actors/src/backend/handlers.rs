@@ -16,6 +16,7 @@ use super::naming::merge_unnameable;
 use super::write_queue::StoreBatch;
 use super::{BackendActor, DEFAULT_PAGE_SIZE};
 use crate::buffer::{lend, Homecoming, LoadBuf};
+use crate::fleet::{FleetLock, FleetLockNames};
 use crate::key::{KeySet, ObjectKey};
 use crate::messages::*;
 use crate::metrics::{Op, Started};
@@ -123,85 +124,156 @@ impl Handler<LookupAndLock> for BackendActor {
     type Result = ActorResponse<Self, Bitmap>;
 
     fn handle(&mut self, msg: LookupAndLock, ctx: &mut Context<Self>) -> Self::Result {
-        let n = msg.keys.len();
+        let Some(index) = self.fleet_index() else {
+            return match self.lookup(msg.keys, None) {
+                Err(hits) => ActorResponse::reply(hits),
+                Ok((io, done)) => self.respond(io, ctx, done),
+            };
+        };
+        // Fleet mode: lock in the index first (see fleet.rs), then probe what it does not know.
+        let names = self.names(&msg.keys);
+        ActorResponse::r#async(Box::pin(
+            wrap_future::<_, Self>(index.send(FleetLockNames(names))).then(move |res, act, ctx| {
+                let answers = match res {
+                    Ok(Ok(a)) if a.len() == msg.keys.len() => Some(a),
+                    _ => None,
+                };
+                let locked: Vec<bool> = match &answers {
+                    Some(a) => a.iter().map(|l| *l != FleetLock::Deleting).collect(),
+                    None => vec![false; msg.keys.len()],
+                };
+                let keys = msg.keys.clone();
+                let fut: ResponseActFuture<Self, Bitmap> = match act.lookup(msg.keys, answers) {
+                    Err(hits) => Box::pin(actix::fut::ready(hits)),
+                    Ok((io, done)) => act.respond_later(io, ctx, done),
+                };
+                Box::pin(fut.map(move |hits, act: &mut Self, _| {
+                    act.fleet_after_lookup(&keys, &locked, &hits);
+                    hits
+                }))
+            }),
+        ))
+    }
+}
+
+/// The probe results of a lookup, applied by [`BackendActor::lookup`]'s step.
+type Probed = Vec<Result<Option<u64>, BackendError>>;
+
+impl BackendActor {
+    /// A lookup's probe and the step that applies its results (or, `Err`, the answer at once).
+    /// `fleet`: the index's answer per key (fleet mode): a key being deleted is skipped, and
+    /// the size the index knows replaces the local ledger's (another node may have removed an
+    /// object this ledger still holds; the index's lock makes its size safe to trust).
+    #[allow(clippy::type_complexity)]
+    fn lookup(
+        &mut self,
+        msg_keys: Vec<ObjectKey>,
+        fleet: Option<Vec<FleetLock>>,
+    ) -> Result<
+        (
+            crate::storage::Io<Probed>,
+            impl FnOnce(Probed, &mut Self, &mut Context<Self>) -> Bitmap + 'static,
+        ),
+        Bitmap,
+    > {
+        let n = msg_keys.len();
         let started = self.begin(Op::Lookup, n, 0);
         let mut keys = Vec::with_capacity(n);
         let mut known = Vec::with_capacity(n);
         let mut probe_at = Vec::with_capacity(n);
-        for (i, key) in msg.keys.into_iter().enumerate() {
+        for (i, key) in msg_keys.into_iter().enumerate() {
             if self.deleting.contains(&key) || self.corrupt.contains(&key) || !self.nameable(&key) {
                 continue;
             }
-            known.push(self.ledger.get(&key));
+            let size = match fleet.as_ref().map(|f| f[i]) {
+                Some(FleetLock::Deleting) => continue,
+                Some(FleetLock::Known(size)) => Some(size),
+                Some(FleetLock::Unknown) => None,
+                None => self.ledger.get(&key),
+            };
+            known.push(size);
             keys.push(key);
             probe_at.push(i);
         }
         if keys.is_empty() {
             self.metrics.finish(started);
-            return ActorResponse::reply(Bitmap::zeros(n));
+            return Err(Bitmap::zeros(n));
         }
+        let in_fleet = fleet.is_some();
         let io = self.storage.head(&keys, &known);
         let immediate = !matches!(io.0, IoState::Pending(_));
         let since = self.probes.start();
-        self.respond(io, ctx, move |results, act, _| {
-            let mut hits = Bitmap::zeros(n);
-            let mut found = Vec::new();
-            let mut found_sizes = Vec::new();
-            let mut accessed = Vec::new();
-            let answers = keys.into_iter().zip(probe_at).zip(known).zip(results);
-            for (((key, i), ledger_size), res) in answers {
-                let size = match res {
-                    Ok(s) => s,
-                    Err(e) => {
-                        act.metrics.failed(Op::Lookup, e.kind(), 1);
-                        tracing::debug!(error = %act.context(&e), key = %key, "lookup probe failed");
-                        continue;
-                    }
-                };
-                match size {
-                    Some(size)
-                        if size > 0
-                            && !act.deleting.contains(&key)
-                            && !act.corrupt.contains(&key)
-                            && !act.probes.deleted_since(&key, since) =>
-                    {
-                        hits.set(i, true);
-                        act.lock(&key);
-                        // A size the ledger has needs no update (nor a change count). Answered
-                        // at once, the ledger cannot have changed since it was read. A probe
-                        // that raced a write of the key leaves the ledger to the write.
-                        let unchanged = ledger_size == Some(size)
-                            && (immediate || act.ledger.get(&key) == Some(size));
-                        let raced = act.writes.writing(&key)
-                            || act.probes.written_since(&key, since);
-                        if !unchanged && !raced && act.ledger.insert(&key, size) {
-                            found.push(key.clone());
-                            found_sizes.push(size);
+        Ok((
+            io,
+            move |results: Probed, act: &mut Self, ctx: &mut Context<Self>| {
+                let mut hits = Bitmap::zeros(n);
+                let mut found = Vec::new();
+                let mut found_sizes = Vec::new();
+                let mut accessed = Vec::new();
+                let mut probed_in = (Vec::new(), Vec::new());
+                let answers = keys.into_iter().zip(probe_at).zip(known).zip(results);
+                for (((key, i), ledger_size), res) in answers {
+                    let size = match res {
+                        Ok(s) => s,
+                        Err(e) => {
+                            act.metrics.failed(Op::Lookup, e.kind(), 1);
+                            tracing::debug!(error = %act.context(&e), key = %key, "lookup probe failed");
+                            continue;
                         }
-                        if !act.subscribers.is_empty() {
-                            accessed.push(key);
+                    };
+                    match size {
+                        Some(size)
+                            if size > 0
+                                && !act.deleting.contains(&key)
+                                && !act.corrupt.contains(&key)
+                                && !act.probes.deleted_since(&key, since) =>
+                        {
+                            hits.set(i, true);
+                            act.lock(&key);
+                            if in_fleet && ledger_size.is_none() {
+                                // Found in the store, unknown to the index: the index learns it.
+                                probed_in.0.push(key.clone());
+                                probed_in.1.push(size);
+                            }
+                            // A size the ledger has needs no update (nor a change count). Answered
+                            // at once, the ledger cannot have changed since it was read. A probe
+                            // that raced a write of the key leaves the ledger to the write.
+                            let unchanged = ledger_size == Some(size)
+                                && (immediate || act.ledger.get(&key) == Some(size));
+                            let raced =
+                                act.writes.writing(&key) || act.probes.written_since(&key, since);
+                            if !unchanged && !raced && act.ledger.insert(&key, size) {
+                                found.push(key.clone());
+                                found_sizes.push(size);
+                            }
+                            if !act.subscribers.is_empty() {
+                                accessed.push(key);
+                            }
                         }
+                        _ => {}
                     }
-                    _ => {}
                 }
-            }
-            act.probes.end();
-            let hit_keys = hits.count_ones();
-            started.outcome(hit_keys, n - hit_keys);
-            act.metrics.lookup_hits(hit_keys);
-            act.metrics.set_locked(act.locks.len());
-            act.metrics.finish(started);
-            if !found.is_empty() {
-                act.publish(UsageEventKind::Stored {
-                    keys: found,
-                    sizes: found_sizes,
-                });
-            }
-            if !accessed.is_empty() {
-                act.publish(UsageEventKind::Accessed { keys: accessed });
-            }
-            hits
-        })
+                act.probes.end();
+                let hit_keys = hits.count_ones();
+                started.outcome(hit_keys, n - hit_keys);
+                act.metrics.lookup_hits(hit_keys);
+                act.metrics.set_locked(act.locks.len());
+                act.metrics.finish(started);
+                if !probed_in.0.is_empty() {
+                    act.fleet_stored(&probed_in.0, &probed_in.1, ctx);
+                }
+                if !found.is_empty() {
+                    act.publish(UsageEventKind::Stored {
+                        keys: found,
+                        sizes: found_sizes,
+                    });
+                }
+                if !accessed.is_empty() {
+                    act.publish(UsageEventKind::Accessed { keys: accessed });
+                }
+                hits
+            },
+        ))
     }
 }
 impl Handler<Load> for BackendActor {
@@ -255,6 +327,7 @@ impl Handler<Unlock> for BackendActor {
     type Result = ();
 
     fn handle(&mut self, msg: Unlock, ctx: &mut Context<Self>) {
+        self.fleet_unlock(&msg.keys);
         let mut corrupt = Vec::new();
         for key in &msg.keys {
             if let Some(n) = self.locks.get_mut(key) {
@@ -276,8 +349,12 @@ impl Handler<Unlock> for BackendActor {
 impl Handler<Touch> for BackendActor {
     type Result = ();
 
-    /// Publishes `Accessed` for the held keys; the storage is not called.
+    /// Publishes `Accessed` for the held keys; the storage is not called. With a fleet, the
+    /// keys' fleet recency is refreshed in the index.
     fn handle(&mut self, msg: Touch, _: &mut Context<Self>) {
+        if let Some(index) = self.fleet_index() {
+            index.do_send(crate::fleet::FleetTouch(self.names(&msg.keys)));
+        }
         if self.subscribers.is_empty() {
             return;
         }
@@ -347,36 +424,77 @@ impl Handler<Evict> for BackendActor {
     }
 }
 impl Handler<GetUsage> for BackendActor {
-    type Result = MessageResult<GetUsage>;
+    type Result = ActorResponse<Self, UsageReport>;
 
+    /// Without a fleet, the ledger's usage. With one, the fleet's, read from the index (the
+    /// node's own in `node_used_bytes`); the ledger's while the index does not answer.
     fn handle(&mut self, _: GetUsage, _: &mut Context<Self>) -> Self::Result {
         self.refresh_salt_series();
-        MessageResult(UsageReport {
-            adapters: vec![self.ledger.usage(self.index, self.capacity_bytes)],
-        })
+        let local = self.ledger.usage(self.index, self.capacity_bytes);
+        let Some(index) = self.fleet_index() else {
+            return ActorResponse::reply(UsageReport {
+                adapters: vec![local],
+            });
+        };
+        ActorResponse::r#async(Box::pin(
+            wrap_future::<_, Self>(index.send(crate::fleet::GetFleetUsage)).map(
+                move |res, act, ctx| {
+                    let Ok(Ok(fleet)) = res else {
+                        return UsageReport {
+                            adapters: vec![local],
+                        };
+                    };
+                    let capacity = local.capacity_bytes;
+                    let usage = Usage {
+                        used_bytes: fleet.bytes,
+                        fraction: if capacity == 0 {
+                            -1.0
+                        } else {
+                            fleet.bytes as f64 / capacity as f64
+                        },
+                        keys: fleet.objects as usize,
+                        bytes_by_cache_salt: fleet.by_salt.clone(),
+                        node_used_bytes: Some(local.used_bytes),
+                        ..local
+                    };
+                    act.fleet_usage(fleet, ctx);
+                    UsageReport {
+                        adapters: vec![usage],
+                    }
+                },
+            ),
+        ))
     }
 }
 /// Status runs the storage's health check first ([`Storage::probe`](crate::storage::Storage::probe)), so a store that cannot
 /// serve (a missing bucket, refused credentials, an unreachable endpoint) is unhealthy even
-/// before a data request has failed.
+/// before a data request has failed. With a fleet, it also says how the node stands in the
+/// index.
 impl Handler<GetStatus> for BackendActor {
     type Result = ActorResponse<Self, StatusReport>;
 
     fn handle(&mut self, _: GetStatus, ctx: &mut Context<Self>) -> Self::Result {
         let io = self.storage.probe();
-        self.respond(io, ctx, |(), act, _| {
+        let checked = self.respond_later(io, ctx, |(), act, _| {
             let reason = act.storage.unhealthy();
-            StatusReport {
-                adapters: vec![Status {
-                    adapter: act.index,
-                    kind: act.storage.kind().to_owned(),
-                    is_healthy: reason.is_none() && act.storage.is_healthy(),
-                    reason,
-                    locked_keys: act.locks.len(),
-                    details: act.storage.details(),
-                }],
+            Status {
+                adapter: act.index,
+                kind: act.storage.kind().to_owned(),
+                is_healthy: reason.is_none() && act.storage.is_healthy(),
+                reason,
+                locked_keys: act.locks.len(),
+                details: act.storage.details(),
+                fleet: None,
             }
-        })
+        });
+        ActorResponse::r#async(Box::pin(checked.then(|mut status, act: &mut Self, _| {
+            act.fleet_status().map(move |fleet, _, _| {
+                status.fleet = fleet;
+                StatusReport {
+                    adapters: vec![status],
+                }
+            })
+        })))
     }
 }
 impl Handler<ListKeys> for BackendActor {
@@ -465,16 +583,58 @@ impl BackendActor {
             self.deleting.insert(k.clone());
         }
         self.probes.deleting(keys.iter());
+        let Some(index) = self.fleet_index() else {
+            let (io, done) = self.remove_keys(keys, cause, reply);
+            return self.respond(io, ctx, done);
+        };
+        // Fleet mode: only the keys the index lets this node delete (see fleet.rs).
+        ActorResponse::r#async(self.fleet_claim(index, keys, move |go, refused, act, ctx| {
+            for k in &refused {
+                act.deleting.remove(k);
+            }
+            act.start_waiting(refused, ctx);
+            if go.is_empty() {
+                return Box::pin(actix::fut::ready(reply(Vec::new())));
+            }
+            let (io, done) = act.remove_keys(go, cause, reply);
+            act.respond_later(io, ctx, done)
+        }))
+    }
+
+    /// Removes `keys` (already marked as being deleted) from the storage; the step applies the
+    /// results, releases fleet claims, and starts the stores waiting for these keys.
+    #[allow(clippy::type_complexity)]
+    fn remove_keys<R: 'static>(
+        &mut self,
+        keys: Vec<ObjectKey>,
+        cause: DeleteCause,
+        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
+    ) -> (
+        crate::storage::Io<Vec<Result<Removed, BackendError>>>,
+        impl FnOnce(Vec<Result<Removed, BackendError>>, &mut Self, &mut Context<Self>) -> R + 'static,
+    ) {
         let started = self.begin(Op::Delete, keys.len(), 0);
         let io = self.storage.remove(keys.clone());
-        self.respond(io, ctx, move |results, act, ctx| {
-            let removed = act.finish_delete(keys.clone(), results, cause);
-            started.outcome(removed.len(), 0);
-            act.metrics.deleted(removed.len());
-            act.metrics.finish(started);
-            act.start_waiting(keys, ctx);
-            reply(removed)
-        })
+        (
+            io,
+            move |results: Vec<Result<Removed, BackendError>>,
+                  act: &mut Self,
+                  ctx: &mut Context<Self>| {
+                if act.fleet.is_some() {
+                    let (gone, kept): (Vec<_>, Vec<_>) =
+                        keys.iter().zip(&results).partition(|(_, r)| r.is_ok());
+                    let gone = gone.into_iter().map(|(k, _)| k.clone()).collect();
+                    let kept = kept.into_iter().map(|(k, _)| k.clone()).collect();
+                    act.fleet_release(gone, kept, ctx);
+                }
+                let removed = act.finish_delete(keys.clone(), results, cause);
+                started.outcome(removed.len(), 0);
+                act.metrics.deleted(removed.len());
+                act.metrics.finish(started);
+                act.start_waiting(keys, ctx);
+                reply(removed)
+            },
+        )
     }
 
     pub(super) fn finish_delete(
@@ -533,6 +693,7 @@ impl BackendActor {
         let mut corrupt = Vec::new();
         let mut gone = Vec::new();
         let mut gone_sizes = Vec::new();
+        let mut vanished = Vec::new();
         let (mut hit_bytes, mut hit_keys, mut missed) = (0u64, 0usize, 0usize);
         for (i, (key, res)) in keys.into_iter().zip(results).enumerate() {
             match res {
@@ -562,6 +723,9 @@ impl BackendActor {
                 Ok(Fetched::Absent) => {
                     missed += 1;
                     misses.push((i, MissReason::Absent));
+                    if self.fleet.is_some() {
+                        vanished.push(key.clone());
+                    }
                     if let Some(size) = self.ledger.remove(&key) {
                         gone.push(key);
                         gone_sizes.push(size);
@@ -580,6 +744,9 @@ impl BackendActor {
         if !corrupt.is_empty() {
             self.metrics.corrupt(corrupt.len());
             self.remove_corrupt(corrupt, ctx);
+        }
+        if !vanished.is_empty() {
+            self.fleet_vanished(&vanished);
         }
         if !gone.is_empty() {
             self.publish(UsageEventKind::Deleted {

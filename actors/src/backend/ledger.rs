@@ -107,6 +107,7 @@ impl Ledger {
             ledger_seq: self.seq,
             fraction,
             keys: self.sizes.len(),
+            node_used_bytes: None,
             bytes_by_cache_salt: self
                 .by_salt()
                 .map(|(s, b)| (s.to_owned(), b))

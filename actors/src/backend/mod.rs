@@ -48,9 +48,11 @@
 //! The files, each with the invariants it keeps: `ledger.rs` (usage per key, per salt, and
 //! its change count), `probes.rs` (what a lookup's probes must not trust), `write_queue.rs`
 //! (one write per key, in arrival order; stores answered when their last item ends),
-//! `naming.rs` (unnameable keys kept from the storage), `handlers.rs` (the messages); this file
+//! `naming.rs` (unnameable keys kept from the storage), `fleet.rs` (fleet mode: locks, claims,
+//! usage and eviction through the fleet index), `handlers.rs` (the messages); this file
 //! holds the actor's state and the steps every handler uses.
 
+mod fleet;
 mod handlers;
 mod ledger;
 mod naming;
@@ -97,6 +99,8 @@ pub struct BackendActor {
     salts_shown: (Vec<String>, u64),
     /// Keys found corrupt while locked: lookups miss them; the last unlock deletes them.
     corrupt: KeySet,
+    /// Fleet mode (`[fleet]`): the index and what this node holds in it (see `fleet.rs`).
+    fleet: Option<fleet::FleetLink>,
 }
 
 impl BackendActor {
@@ -122,6 +126,7 @@ impl BackendActor {
             metrics: AdapterMetrics::off(),
             salts_shown: (Vec::new(), u64::MAX),
             corrupt: KeySet::default(),
+            fleet: None,
         }
     }
 
@@ -176,6 +181,22 @@ impl BackendActor {
                     done(v, act, ctx)
                 },
             ))),
+        }
+    }
+
+    /// As [`BackendActor::respond`], always as a future (for steps that follow another future).
+    fn respond_later<T: 'static, R: 'static>(
+        &mut self,
+        io: Io<T>,
+        ctx: &mut Context<Self>,
+        done: impl FnOnce(T, &mut Self, &mut Context<Self>) -> R + 'static,
+    ) -> ResponseActFuture<Self, R> {
+        match self.now_or_later(io) {
+            Ok(v) => Box::pin(actix::fut::ready(done(v, self, ctx))),
+            Err(fut) => Box::pin(wrap_future::<_, Self>(fut).map(move |finish, act, ctx| {
+                let v = finish(act.storage_any());
+                done(v, act, ctx)
+            })),
         }
     }
 
@@ -236,6 +257,7 @@ impl Actor for BackendActor {
     type Context = Context<Self>;
 
     fn started(&mut self, ctx: &mut Context<Self>) {
+        self.start_fleet(ctx);
         if self.metrics.is_on() {
             ctx.run_interval(SALT_SERIES_PERIOD, |act, _| act.refresh_salt_series());
         }

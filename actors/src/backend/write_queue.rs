@@ -244,6 +244,7 @@ impl BackendActor {
         }
         // Events before replies: a host sees a store's events before its result.
         if !ok_keys.is_empty() {
+            self.fleet_stored(&ok_keys, &ok_sizes, ctx);
             self.publish(UsageEventKind::Stored {
                 keys: ok_keys,
                 sizes: ok_sizes,

@@ -432,6 +432,7 @@ impl Handler<GetStatus> for Controller {
                         reason: Some(a.unavailable(e).to_string()),
                         locked_keys: 0,
                         details: serde_json::json!({ "error": a.unavailable(e) }),
+                        fleet: None,
                     }),
                 }
             }

@@ -114,17 +114,20 @@ pub(crate) struct GetFleetUsage;
 #[rtype(result = "FleetStatus")]
 pub(crate) struct GetFleetStatus;
 
-/// See [`GetFleetStatus`].
+/// A node's view of the fleet index (in [`Status`](crate::messages::Status) of an adapter
+/// with `[fleet]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub(crate) struct FleetStatus {
+#[non_exhaustive]
+pub struct FleetStatus {
     /// This node's id in the fleet.
-    pub(crate) node: String,
-    /// True while the node is connected and joined.
-    pub(crate) joined: bool,
+    pub node: String,
+    /// True while the node is connected and joined; false: it serves alone (local ledger,
+    /// probes of the store, no deletions) and keeps trying to join.
+    pub joined: bool,
     /// Live nodes on this bucket at the last heartbeat (this one included).
-    pub(crate) nodes: u64,
+    pub nodes: u64,
     /// Why the node is not joined (unset while joined).
-    pub(crate) reason: Option<String>,
+    pub reason: Option<String>,
     /// Times the node (re)joined.
-    pub(crate) joins: u64,
+    pub joins: u64,
 }

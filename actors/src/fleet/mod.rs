@@ -34,8 +34,6 @@
 //! [`FleetError::Unreachable`] and the node serves alone; the heartbeat timer reconnects and
 //! joins again without a restart.
 
-#![cfg_attr(not(test), allow(dead_code))]
-
 mod messages;
 mod scripts;
 #[cfg(test)]
@@ -50,7 +48,7 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, RedisError, Script, Value};
 
 use crate::config::Secret;
-pub(crate) use messages::*;
+pub use messages::*;
 use scripts::Scripts;
 
 /// Liveness of a node after its last heartbeat, by default.
@@ -58,7 +56,7 @@ pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
 
 /// Where the index is and who this node is.
 #[derive(Debug, Clone)]
-pub(crate) struct FleetConfig {
+pub(crate) struct IndexConfig {
     /// `redis://` or `rediss://` URL of the index (may hold a password: kept secret).
     pub(crate) url: Secret,
     /// This node's id, unique in the fleet.
@@ -74,7 +72,7 @@ pub(crate) struct FleetConfig {
 
 /// The fleet index actor of one adapter. See the module docs.
 pub(crate) struct FleetIndex {
-    config: FleetConfig,
+    config: IndexConfig,
     client: Option<redis::Client>,
     conn: Option<MultiplexedConnection>,
     connecting: bool,
@@ -88,7 +86,7 @@ pub(crate) struct FleetIndex {
 impl FleetIndex {
     /// A fleet index actor; it connects and joins once started, and keeps trying every
     /// heartbeat period while the index is unreachable.
-    pub(crate) fn new(config: FleetConfig) -> Self {
+    pub(crate) fn new(config: IndexConfig) -> Self {
         let prefix: Rc<str> = format!("kvtier:{{{}}}:", config.identity).into();
         let usage_key = format!("{prefix}usage").into();
         // The URL is checked here, its error kept without the URL (it may hold a password).

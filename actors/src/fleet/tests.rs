@@ -88,8 +88,8 @@ impl Handler<Die> for FleetIndex {
     }
 }
 
-fn config(url: &str, node: &str, ttl: Duration) -> FleetConfig {
-    FleetConfig {
+fn config(url: &str, node: &str, ttl: Duration) -> IndexConfig {
+    IndexConfig {
         url: Secret::new(url),
         node: node.into(),
         identity: "s3:127.0.0.1/bucket/prefix".into(),

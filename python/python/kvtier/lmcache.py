@@ -295,6 +295,9 @@ class KvtierL2Adapter(L2AdapterInterface):
             status["is_healthy"] = bool(adapter.get("is_healthy"))
             status["locked_key_count"] = adapter.get("locked_keys", 0)
             status["details"] = adapter.get("details")
+            if adapter.get("fleet") is not None:
+                # adapter_params.fleet: the node's standing in the fleet index.
+                status["fleet"] = adapter["fleet"]
         return status
 
     def close(self) -> None:

@@ -1,0 +1,368 @@
+//! The backend actor's side of fleet mode: many processes on one bucket, one
+//! [`FleetIndex`](crate::fleet) per adapter (see that module for the index's invariants).
+//!
+//! With a fleet, the backend keeps every rule of the module docs locally and adds:
+//! - **Lookups** lock in the index first (one script for the batch). A key another node is
+//!   deleting is a miss; a key the index knows is answered from it, with no probe of the store;
+//!   the rest is probed as without a fleet. Locks of keys that then miss are released in the
+//!   index at once; a hit's index lock is held until this node's [`Unlock`].
+//! - **Deletes and evictions** claim their keys in the index first and remove only the keys
+//!   claimed (no node locks them, none is deleting them), then release the claims, saying which
+//!   objects are gone. While the index is unreachable nothing is deleted: a lock on another
+//!   node cannot be seen, and a key locked anywhere is never deleted.
+//! - **Stores** tell the index the objects written (size, salt, recency); a key found by a
+//!   probe that the index did not know is added the same way.
+//! - **Eviction** of the bucket is the fleet's: usage is the index's total, and when it reaches
+//!   the watermark the node that holds the index's lease removes `floor(objects × ratio)`
+//!   (at least 1) of the least recently used unlocked objects of the whole fleet, whichever
+//!   node stored them. The eviction actor does not drive an adapter with a fleet.
+//! - **Alone**: while the index is unreachable, lookups and loads go on with the local ledger
+//!   and probes, stores are written (and not counted in the index), and nothing is deleted or
+//!   evicted; the index actor rejoins on its own. Locks taken while alone are local only.
+
+use actix::fut::{ready, wrap_future};
+use actix::prelude::*;
+
+use super::BackendActor;
+use crate::config::{EvictionConfig, FleetConfig};
+use crate::fleet::*;
+use crate::key::{KeyMap, NameFormat, ObjectKey};
+use crate::messages::DeleteCause;
+
+/// What the backend keeps for fleet mode.
+pub(super) struct FleetLink {
+    /// The index actor's settings until it starts (in the backend's `started`).
+    pending: Option<IndexConfig>,
+    /// The index actor, on the backend's arbiter.
+    pub(super) index: Option<Addr<FleetIndex>>,
+    /// This node's index locks per key (one per lookup hit that locked through the index).
+    held: KeyMap<u32>,
+    /// The fleet's usage as the index last answered.
+    pub(super) usage: Option<FleetUsage>,
+    /// Watermark and ratio of fleet eviction (`None`: this adapter does not evict).
+    evict: Option<(f64, f64)>,
+    /// Period of the usage refresh and eviction check.
+    interval: std::time::Duration,
+    /// A fleet eviction round is in flight.
+    round: bool,
+}
+
+impl FleetLink {
+    /// The link of an adapter whose bucket is `identity`.
+    pub(super) fn new(
+        config: &FleetConfig,
+        identity: String,
+        eviction: Option<&EvictionConfig>,
+        interval: std::time::Duration,
+    ) -> Self {
+        Self {
+            pending: Some(IndexConfig {
+                url: config.index.clone(),
+                node: config.resolved_node_id(),
+                identity,
+                ttl: DEFAULT_TTL,
+                timeout: std::time::Duration::from_secs(2),
+            }),
+            index: None,
+            held: KeyMap::default(),
+            usage: None,
+            evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
+            interval,
+            round: false,
+        }
+    }
+}
+
+/// Removes the keys a fleet eviction round chose (sent by the backend to itself, so the
+/// deletion runs as a handler: claimed, removed, released). Replies with the keys removed.
+#[derive(Message)]
+#[rtype(result = "Vec<(ObjectKey, u64)>")]
+pub(super) struct FleetEvict(pub(super) Vec<ObjectKey>);
+
+impl Handler<FleetEvict> for BackendActor {
+    type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
+
+    fn handle(&mut self, msg: FleetEvict, ctx: &mut Context<Self>) -> Self::Result {
+        let mut seen = crate::key::KeySet::default();
+        let keys: Vec<ObjectKey> = msg
+            .0
+            .into_iter()
+            .filter(|k| self.removable(k) && seen.insert(k.clone()))
+            .collect();
+        let metrics = self.metrics.clone();
+        self.start_delete(keys, DeleteCause::Evicted, ctx, move |removed| {
+            metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
+            removed
+        })
+    }
+}
+
+impl BackendActor {
+    /// Puts this adapter in fleet mode (see the module docs): `identity` names its bucket, which
+    /// every node with the same identity shares; `eviction` (if any) is run over the fleet.
+    pub fn with_fleet(
+        mut self,
+        config: &FleetConfig,
+        identity: String,
+        eviction: Option<&EvictionConfig>,
+        interval: std::time::Duration,
+    ) -> Self {
+        self.fleet = Some(FleetLink::new(config, identity, eviction, interval));
+        self
+    }
+
+    /// Starts the index actor on this arbiter and the fleet timer (from `started`).
+    pub(super) fn start_fleet(&mut self, ctx: &mut Context<Self>) {
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        let Some(config) = link.pending.take() else {
+            return;
+        };
+        link.index = Some(FleetIndex::new(config).start());
+        ctx.run_interval(link.interval, |act, ctx| act.fleet_refresh(ctx));
+    }
+
+    /// The index, when this adapter has a fleet.
+    pub(super) fn fleet_index(&self) -> Option<Addr<FleetIndex>> {
+        self.fleet.as_ref().and_then(|f| f.index.clone())
+    }
+
+    pub(super) fn names(&self, keys: &[ObjectKey]) -> Vec<String> {
+        keys.iter().map(|k| k.object_name(self.format)).collect()
+    }
+
+    /// After a lookup that locked through the index (`locked[i]`: key `i` holds an index lock):
+    /// hits keep their index lock, the others release it now.
+    pub(super) fn fleet_after_lookup(
+        &mut self,
+        keys: &[ObjectKey],
+        locked: &[bool],
+        hits: &crate::messages::Bitmap,
+    ) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let mut release = Vec::new();
+        for (i, key) in keys.iter().enumerate() {
+            if !locked[i] {
+                continue;
+            }
+            if hits.get(i) {
+                let link = self.fleet.as_mut().expect("fleet_index was Some");
+                *link.held.entry(key.clone()).or_default() += 1;
+            } else {
+                release.push(key.object_name(self.format));
+            }
+        }
+        if !release.is_empty() {
+            index.do_send(FleetUnlock(release));
+        }
+    }
+
+    /// Releases this node's index locks of `keys` (one per key, as [`Unlock`] does locally).
+    pub(super) fn fleet_unlock(&mut self, keys: &[ObjectKey]) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let format = self.format;
+        let link = self.fleet.as_mut().expect("fleet_index was Some");
+        let mut names = Vec::new();
+        for key in keys {
+            if let Some(n) = link.held.get_mut(key) {
+                *n -= 1;
+                if *n == 0 {
+                    link.held.remove(key);
+                }
+                names.push(key.object_name(format));
+            }
+        }
+        if !names.is_empty() {
+            index.do_send(FleetUnlock(names));
+        }
+    }
+
+    /// Tells the index about objects now in the store (written here, or found by a probe).
+    pub(super) fn fleet_stored(
+        &mut self,
+        keys: &[ObjectKey],
+        sizes: &[u64],
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let objects = keys
+            .iter()
+            .zip(sizes)
+            .map(|(k, &size)| FleetObject {
+                name: k.object_name(self.format),
+                salt: k.cache_salt().unwrap_or("").to_string(),
+                size,
+            })
+            .collect();
+        ctx.spawn(
+            wrap_future::<_, Self>(index.send(FleetStored(objects))).map(|res, act, ctx| {
+                if let Ok(Ok(usage)) = res {
+                    act.fleet_usage(usage, ctx);
+                }
+            }),
+        );
+    }
+
+    /// Records the fleet's usage and checks whether the bucket needs an eviction round.
+    pub(super) fn fleet_usage(&mut self, usage: FleetUsage, ctx: &mut Context<Self>) {
+        if let Some(link) = self.fleet.as_mut() {
+            link.usage = Some(usage);
+        }
+        self.fleet_check(ctx);
+    }
+
+    /// The timer: reads the fleet's usage (other nodes' stores move it), then checks.
+    fn fleet_refresh(&mut self, ctx: &mut Context<Self>) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        ctx.spawn(
+            wrap_future::<_, Self>(index.send(GetFleetUsage)).map(|res, act, ctx| {
+                if let Ok(Ok(usage)) = res {
+                    act.fleet_usage(usage, ctx);
+                }
+            }),
+        );
+    }
+
+    /// Starts a fleet eviction round when usage reached the watermark and none is in flight:
+    /// take the lease, ask the least recent unlocked objects, remove them (claimed), read usage.
+    fn fleet_check(&mut self, ctx: &mut Context<Self>) {
+        let capacity = self.capacity_bytes;
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        let (Some((watermark, ratio)), Some(usage)) = (link.evict, link.usage.as_ref()) else {
+            return;
+        };
+        if link.round || capacity == 0 || (usage.bytes as f64) < watermark * capacity as f64 {
+            return;
+        }
+        link.round = true;
+        let limit = ((usage.objects as f64 * ratio).floor() as usize).max(1);
+        let (me, format) = (ctx.address(), self.format);
+        let round = async move {
+            if !matches!(index.send(FleetLease).await, Ok(Ok(true))) {
+                return None;
+            }
+            let scan = limit.saturating_mul(4).saturating_add(64);
+            let chosen = index
+                .send(FleetCandidates { limit, scan })
+                .await
+                .ok()?
+                .ok()?;
+            let keys = parse_names(chosen.into_iter().map(|(n, _)| n), format);
+            let removed = me.send(FleetEvict(keys)).await.ok()?;
+            let usage = index.send(GetFleetUsage).await.ok()?.ok()?;
+            Some((removed.len(), usage))
+        };
+        ctx.spawn(wrap_future::<_, Self>(round).map(|res, act, ctx| {
+            if let Some(link) = act.fleet.as_mut() {
+                link.round = false;
+            }
+            // Another round at once only when this one removed something (else the timer).
+            if let Some((removed, usage)) = res {
+                if let Some(link) = act.fleet.as_mut() {
+                    link.usage = Some(usage);
+                }
+                if removed > 0 {
+                    act.fleet_check(ctx);
+                }
+            }
+        }));
+    }
+
+    /// Claims `keys` in the index, then `then` with the claimed ones (none while the index is
+    /// unreachable: nothing is deleted then) and the refused ones.
+    pub(super) fn fleet_claim<R: 'static>(
+        &mut self,
+        index: Addr<FleetIndex>,
+        keys: Vec<ObjectKey>,
+        then: impl FnOnce(
+                Vec<ObjectKey>,
+                Vec<ObjectKey>,
+                &mut Self,
+                &mut Context<Self>,
+            ) -> ResponseActFuture<Self, R>
+            + 'static,
+    ) -> ResponseActFuture<Self, R> {
+        let names = self.names(&keys);
+        Box::pin(
+            wrap_future::<_, Self>(index.send(FleetClaim(names.clone()))).then(
+                move |res, act, ctx| {
+                    let claimed: std::collections::HashSet<String> = match res {
+                        Ok(Ok(c)) => c.into_iter().collect(),
+                        _ => Default::default(),
+                    };
+                    let (go, refused): (Vec<_>, Vec<_>) = keys
+                        .into_iter()
+                        .zip(names)
+                        .partition(|(_, n)| claimed.contains(n));
+                    then(
+                        go.into_iter().map(|(k, _)| k).collect(),
+                        refused.into_iter().map(|(k, _)| k).collect(),
+                        act,
+                        ctx,
+                    )
+                },
+            ),
+        )
+    }
+
+    /// Ends claims: `gone` are no longer in the store, `kept` are.
+    pub(super) fn fleet_release(
+        &mut self,
+        gone: Vec<ObjectKey>,
+        kept: Vec<ObjectKey>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let msg = FleetRelease {
+            removed: self.names(&gone),
+            kept: self.names(&kept),
+        };
+        ctx.spawn(wrap_future::<_, Self>(index.send(msg)).map(|res, act, _| {
+            if let (Ok(Ok(usage)), Some(link)) = (res, act.fleet.as_mut()) {
+                link.usage = Some(usage);
+            }
+        }));
+    }
+
+    /// Tells the index that loads found these objects missing.
+    pub(super) fn fleet_vanished(&mut self, keys: &[ObjectKey]) {
+        if let Some(index) = self.fleet_index() {
+            index.do_send(FleetVanished(self.names(keys)));
+        }
+    }
+
+    /// The fleet status for [`GetStatus`](crate::messages::GetStatus), when this adapter has a
+    /// fleet.
+    pub(super) fn fleet_status(&self) -> ResponseActFuture<Self, Option<FleetStatus>> {
+        match self.fleet_index() {
+            None => Box::pin(ready(None)),
+            Some(index) => Box::pin(
+                wrap_future::<_, Self>(index.send(GetFleetStatus)).map(|res, _, _| res.ok()),
+            ),
+        }
+    }
+}
+
+/// Keys from object names; names that are not keys in `format` (objects of other writers)
+/// are skipped.
+fn parse_names(names: impl Iterator<Item = String>, format: NameFormat) -> Vec<ObjectKey> {
+    names
+        .filter_map(|n| ObjectKey::parse(&n, format).ok())
+        .collect()
+}

@@ -1,0 +1,285 @@
+//! Fleet mode from a host's side: several tiers (nodes) on one bucket (a shared `fs` directory)
+//! and one fleet index (a real `redis-server` on 127.0.0.1, started by each test). Each test
+//! also shows what goes wrong without the fleet where that is the point.
+
+use kvtier_testkit as support;
+
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use kvtier::actors::backends::fault_inject::FaultInjectConfig;
+use kvtier::actors::config::{EvictionConfig, GIB};
+use kvtier::{AdapterConfig, AdapterSpec, ConfigSources, FleetConfig, FsConfig, Tier, TierConfig};
+use support::redis::{free_port, RedisServer};
+use support::{key, payload};
+
+const OBJ: usize = 1024;
+/// 100 objects of `OBJ` bytes.
+const CAPACITY: u64 = 100 * OBJ as u64;
+
+/// A node: one `fs` adapter on `dir` with `CAPACITY` and LRU 0.8 / 0.2, in the fleet on `url`
+/// when given.
+async fn node(dir: &std::path::Path, url: Option<&str>, id: &str) -> Tier {
+    let mut config = TierConfig::default()
+        .adapter(
+            AdapterConfig::fs(dir)
+                .capacity_gb(CAPACITY as f64 / GIB)
+                .eviction(EvictionConfig::lru()),
+        )
+        .eviction_interval(Duration::from_millis(50));
+    if let Some(url) = url {
+        config = config.fleet(FleetConfig::new(url).node_id(id));
+    }
+    Tier::start(&config).await.unwrap()
+}
+
+/// Polls `f` until it holds; a generous bound, for a failure message rather than timing.
+async fn until<F, Fut>(what: &str, mut f: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !f().await {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        actix_rt::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn joined(tier: &Tier) -> bool {
+    let s = tier.status().await.unwrap();
+    s.adapters[0].fleet.as_ref().is_some_and(|f| f.joined)
+}
+
+/// Bytes of the objects in the bucket (the directory), as a listing sees them.
+fn bucket_bytes(dir: &std::path::Path) -> u64 {
+    walk(dir)
+}
+
+fn walk(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let m = e.metadata().unwrap();
+                    if m.is_dir() {
+                        walk(&e.path())
+                    } else {
+                        m.len()
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+async fn store(tier: &Tier, range: std::ops::Range<u32>) {
+    for i in range {
+        let r = tier
+            .store(vec![key(i)], vec![payload(i, OBJ)])
+            .await
+            .unwrap();
+        assert!(r.success(), "{r:?}");
+    }
+}
+
+/// Two nodes each storing 60 % of the capacity: with the fleet, usage is one total and the
+/// bucket is brought under the watermark; without it, each node sees 60 % and the bucket holds
+/// 120 %.
+#[actix_rt::test]
+async fn two_nodes_on_one_bucket_share_one_capacity() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), Some(&redis.url()), "a").await;
+    let b = node(dir.path(), Some(&redis.url()), "b").await;
+    until("both joined", || async {
+        joined(&a).await && joined(&b).await
+    })
+    .await;
+    store(&a, 0..60).await;
+    store(&b, 1000..1060).await;
+    let watermark = (CAPACITY as f64 * 0.8) as u64;
+    until("the fleet is under its watermark", || async {
+        a.usage().await.unwrap().adapters[0].used_bytes < watermark
+    })
+    .await;
+    let usage = a.usage().await.unwrap().adapters[0].clone();
+    assert!(usage.node_used_bytes.is_some(), "{usage:?}");
+    assert!(
+        bucket_bytes(dir.path()) <= CAPACITY,
+        "bucket {} > capacity {CAPACITY}",
+        bucket_bytes(dir.path())
+    );
+    a.close().await;
+    b.close().await;
+
+    // Without the fleet: nothing is evicted, the bucket holds 120 % of the capacity.
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), None, "a").await;
+    let b = node(dir.path(), None, "b").await;
+    store(&a, 0..60).await;
+    store(&b, 1000..1060).await;
+    a.when_idle(0).await.unwrap();
+    b.when_idle(0).await.unwrap();
+    assert!(bucket_bytes(dir.path()) > CAPACITY);
+    a.close().await;
+    b.close().await;
+}
+
+/// A key node `a` holds locked is the least recent in the bucket; node `b` fills the bucket
+/// far past its capacity. With the fleet the key stays and loads; once unlocked it can go.
+/// Without the fleet, `b` (which found the key at start) deletes it under `a`'s lock.
+#[actix_rt::test]
+async fn a_key_locked_on_one_node_is_never_evicted_by_another() {
+    for fleet in [true, false] {
+        let redis = RedisServer::start();
+        let url = fleet.then(|| redis.url());
+        let dir = tempfile::tempdir().unwrap();
+        let a = node(dir.path(), url.as_deref(), "a").await;
+        if fleet {
+            until("a joined", || joined(&a)).await;
+        }
+        store(&a, 0..1).await;
+        assert!(a.lookup_and_lock(vec![key(0)]).await.unwrap().all());
+        let b = node(dir.path(), url.as_deref(), "b").await;
+        if fleet {
+            until("b joined", || joined(&b)).await;
+        }
+        store(&b, 1000..1200).await;
+        b.when_idle(0).await.unwrap();
+        until("the bucket is under its capacity", || async {
+            bucket_bytes(dir.path()) <= CAPACITY
+        })
+        .await;
+        let loaded = a.load(vec![key(0)], vec![BytesMut::zeroed(OBJ)]).await;
+        if !fleet {
+            assert!(
+                !loaded.hits.all(),
+                "without a fleet the locked key is deleted"
+            );
+            a.close().await;
+            b.close().await;
+            continue;
+        }
+        assert!(loaded.hits.all(), "{:?}", loaded.misses);
+        assert_eq!(&loaded.buffers[0][..], &payload(0, OBJ)[..]);
+        // Unlocked, it is the least recent object: the next round takes it.
+        a.unlock(vec![key(0)]);
+        store(&b, 1200..1240).await;
+        until("the unlocked key is evicted", || async {
+            !a.lookup_and_lock(vec![key(0)]).await.unwrap().all()
+        })
+        .await;
+        a.close().await;
+        b.close().await;
+    }
+}
+
+/// Keys another node stored are found through the index, with no probe of the store: node
+/// `b`'s probes all fail (fault_inject), yet its lookups hit; without the fleet they miss.
+#[actix_rt::test]
+async fn lookups_of_keys_another_node_stored_come_from_the_index() {
+    for fleet in [true, false] {
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let mut faults = FaultInjectConfig::default();
+        faults.error_rates.head = 1.0;
+        let inner = AdapterSpec::Fs(FsConfig::new(dir.path()));
+        let mut config = TierConfig::default().adapter(AdapterConfig::fault_inject(inner, faults));
+        if fleet {
+            config = config.fleet(FleetConfig::new(redis.url()).node_id("b"));
+        }
+        // `b` starts first, so its own ledger knows nothing of `a`'s objects.
+        let b = Tier::start(&config).await.unwrap();
+        let url = fleet.then(|| redis.url());
+        let a = node(dir.path(), url.as_deref(), "a").await;
+        if fleet {
+            until("both joined", || async {
+                joined(&a).await && joined(&b).await
+            })
+            .await;
+        }
+        store(&a, 0..80).await;
+        let hits = b.lookup_and_lock((0..80).map(key).collect()).await.unwrap();
+        assert_eq!(hits.all(), fleet, "{hits}");
+        if fleet {
+            let loaded = b
+                .load((0..80).map(key).collect(), vec![BytesMut::zeroed(OBJ); 80])
+                .await;
+            assert!(loaded.hits.all());
+            b.unlock((0..80).map(key).collect());
+        }
+        a.close().await;
+        b.close().await;
+    }
+}
+
+/// With the index down, a node serves alone: stores, lookups and loads work, `status` says why
+/// it is alone, deletes remove nothing (another node's lock cannot be seen). When the index
+/// comes up, the node joins without a restart.
+#[actix_rt::test]
+async fn a_node_without_its_index_serves_alone_and_joins_later() {
+    let port = free_port();
+    let url = format!("redis://127.0.0.1:{port}/0");
+    let dir = tempfile::tempdir().unwrap();
+    let a = node(dir.path(), Some(&url), "a").await;
+    store(&a, 0..3).await;
+    assert!(a.lookup_and_lock(vec![key(0)]).await.unwrap().all());
+    let loaded = a.load(vec![key(0)], vec![BytesMut::zeroed(OBJ)]).await;
+    assert!(loaded.hits.all());
+    a.unlock(vec![key(0)]);
+    let status = a.status().await.unwrap();
+    let fleet = status.adapters[0].fleet.clone().unwrap();
+    assert!(!fleet.joined && fleet.reason.is_some(), "{fleet:?}");
+    assert!(status.is_healthy(), "the store itself serves");
+    let deleted = a.delete(vec![key(1)]).await.unwrap();
+    assert_eq!(deleted.all_keys().count(), 0, "nothing deleted while alone");
+
+    let _redis = RedisServer::start_on(port);
+    until("a joins", || joined(&a)).await;
+    let deleted = a.delete(vec![key(1)]).await.unwrap();
+    assert_eq!(deleted.all_keys().count(), 1);
+    a.close().await;
+}
+
+/// `[fleet]` in the file and the environment; errors name the field and never quote the URL.
+#[test]
+fn fleet_is_configured_like_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("kvtier.toml");
+    std::fs::write(
+        &file,
+        "[fleet]\nindex = \"redis://:pw@10.0.0.7:6379/0\"\nnode_id = \"gpu-17\"\n",
+    )
+    .unwrap();
+    let config = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap();
+    let fleet = config.fleet.clone().unwrap();
+    assert_eq!(fleet.index.expose(), "redis://:pw@10.0.0.7:6379/0");
+    assert_eq!(fleet.resolved_node_id(), "gpu-17");
+    assert!(!format!("{config:?} {}", config.to_redacted_json()).contains("pw@"));
+
+    let env = [(
+        "KVTIER_FLEET__INDEX".to_string(),
+        "rediss://h:6380".to_string(),
+    )];
+    let config =
+        TierConfig::load(&ConfigSources::file(&file).env(env.into_iter().collect())).unwrap();
+    assert_eq!(config.fleet.unwrap().index.expose(), "rediss://h:6380");
+
+    std::fs::write(&file, "[fleet]\nindex = \"http://:secret@h\"\n").unwrap();
+    let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.contains("fleet.index") && !text.contains("secret"),
+        "{text}"
+    );
+    std::fs::write(&file, "[fleet]\nindx = \"redis://h\"\n").unwrap();
+    let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
+    assert!(err.to_string().contains("fleet.indx"), "{err}");
+
+    let without = TierConfig::load(&ConfigSources::default().env(Default::default())).unwrap();
+    assert!(without.fleet.is_none());
+    assert!(FleetConfig::new("redis://h")
+        .resolved_node_id()
+        .ends_with(&format!("-{}", std::process::id())));
+}
