@@ -48,6 +48,7 @@ pub const ENV_VARS: &[&str] = &[
     "KVTIER_EVICTION_INTERVAL_MS",
     "KVTIER_FLEET__INDEX",
     "KVTIER_FLEET__NODE_ID",
+    "KVTIER_FLEET__LISTING_INTERVAL_SECS",
     "KVTIER_L2_ADAPTER",
     "KVTIER_METRICS",
 ];
@@ -604,7 +605,8 @@ impl TierConfig {
     }
 }
 
-/// Parses `[fleet]` (`index`, `node_id`), naming the field that is wrong.
+/// Parses `[fleet]` (`index`, `node_id`, `listing_interval_secs`), naming the field that is
+/// wrong.
 fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
     let err = |field: &str, message: String| ConfigError::Field {
         field: format!("fleet.{field}"),
@@ -657,6 +659,18 @@ fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
                 format!("must be a non-empty string, got {other}"),
             ))
         }
+    }
+    match m.remove("listing_interval_secs") {
+        None => {}
+        Some(v) => match v.as_u64() {
+            Some(secs) => fleet.listing_interval_secs = secs,
+            None => {
+                return Err(err(
+                    "listing_interval_secs",
+                    format!("must be a whole number of seconds (0: off), got {v}"),
+                ))
+            }
+        },
     }
     Ok(fleet)
 }

@@ -235,11 +235,82 @@ async fn a_node_without_its_index_serves_alone_and_joins_later() {
     let deleted = a.delete(vec![key(1)]).await.unwrap();
     assert_eq!(deleted.all_keys().count(), 0, "nothing deleted while alone");
 
+    let gauge = |tier: &Tier| {
+        let text = tier.metrics_text().unwrap();
+        text.lines()
+            .find(|l| l.starts_with("kvtier_fleet_joined{"))
+            .and_then(|l| l.rsplit(' ').next())
+            .map(str::to_owned)
+    };
+    assert_eq!(gauge(&a).as_deref(), Some("0"), "alone");
+
     let _redis = RedisServer::start_on(port);
     until("a joins", || joined(&a)).await;
+    assert_eq!(gauge(&a).as_deref(), Some("1"), "joined");
     let deleted = a.delete(vec![key(1)]).await.unwrap();
     assert_eq!(deleted.all_keys().count(), 1);
     a.close().await;
+}
+
+/// The index is a cache of the bucket: objects written without the fleet are counted by the
+/// listing, objects removed behind its back are forgotten, and an index that lost its data
+/// (restarted without persistence) is rebuilt from the listing.
+#[actix_rt::test]
+async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let alone = node(dir.path(), None, "alone").await;
+    store(&alone, 0..30).await;
+    alone.close().await;
+
+    let port = free_port();
+    let redis = RedisServer::start_on(port);
+    let config = TierConfig::default()
+        .adapter(AdapterConfig::fs(dir.path()).capacity_gb(1.0))
+        .fleet(
+            FleetConfig::new(redis.url())
+                .node_id("a")
+                .listing_interval(Duration::from_secs(1)),
+        );
+    let a = Tier::start(&config).await.unwrap();
+    async fn fleet_bytes(tier: &Tier) -> u64 {
+        tier.usage().await.unwrap().adapters[0].used_bytes
+    }
+    until("the 30 objects written alone are counted", || async {
+        fleet_bytes(&a).await == 30 * OBJ as u64
+    })
+    .await;
+    store(&a, 100..110).await;
+    assert_eq!(fleet_bytes(&a).await, 40 * OBJ as u64);
+
+    // Five objects removed behind the fleet's back.
+    let mut files = Vec::new();
+    collect_files(dir.path(), &mut files);
+    for f in files.iter().take(5) {
+        std::fs::remove_file(f).unwrap();
+    }
+    until("the listing forgets them", || async {
+        fleet_bytes(&a).await == 35 * OBJ as u64
+    })
+    .await;
+
+    // The index restarts empty: the node joins again and the listing rebuilds it.
+    drop(redis);
+    let _redis = RedisServer::start_on(port);
+    until("the index is rebuilt", || async {
+        joined(&a).await && fleet_bytes(&a).await == 35 * OBJ as u64
+    })
+    .await;
+    a.close().await;
+}
+
+fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        if e.metadata().unwrap().is_dir() {
+            collect_files(&e.path(), out);
+        } else {
+            out.push(e.path());
+        }
+    }
 }
 
 /// `[fleet]` in the file and the environment; errors name the field and never quote the URL.

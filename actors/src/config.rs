@@ -195,6 +195,16 @@ pub struct FleetConfig {
     /// process that restarts with the same id drops the locks its earlier self held.
     #[serde(default)]
     pub node_id: Option<String>,
+    /// Period of the listing of the bucket that corrects the index (objects written by other
+    /// writers, objects gone behind its back, an index that lost its data), run by the node
+    /// that holds the eviction lease; default 300 s, 0 turns it off. Also run once when a node
+    /// finds the index empty while it holds objects.
+    #[serde(default = "default_listing_interval")]
+    pub listing_interval_secs: u64,
+}
+
+fn default_listing_interval() -> u64 {
+    300
 }
 
 impl FleetConfig {
@@ -203,7 +213,15 @@ impl FleetConfig {
         Self {
             index: Secret::new(url),
             node_id: None,
+            listing_interval_secs: default_listing_interval(),
         }
+    }
+
+    /// Sets the period of the bucket listing that corrects the index (0: off).
+    #[must_use]
+    pub fn listing_interval(mut self, period: std::time::Duration) -> Self {
+        self.listing_interval_secs = period.as_secs();
+        self
     }
 
     /// Sets the node id.

@@ -210,7 +210,7 @@ const LABELLED: [(&str, &str, &str); 7] = [
 ];
 
 /// Gauges with the adapter's labels only: (name, help).
-const GAUGES: [(&str, &str); 6] = [
+const GAUGES: [(&str, &str); 8] = [
     ("locked_keys", "Keys locked by lookups and not yet unlocked"),
     ("usage_bytes", "Bytes the adapter's ledger accounts"),
     ("usage_keys", "Keys the adapter's ledger accounts"),
@@ -220,6 +220,14 @@ const GAUGES: [(&str, &str); 6] = [
         "Circuit breaker: 0 closed, 1 open, 2 half-open",
     ),
     ("healthy", "1 when the adapter reports itself healthy"),
+    (
+        "fleet_joined",
+        "[fleet]: 1 joined to the fleet index, 0 serving alone, -1 no fleet",
+    ),
+    (
+        "fleet_usage_bytes",
+        "[fleet]: bytes of the whole fleet on the bucket, as the index last said",
+    ),
 ];
 
 /// Gauges with one label: (name, label, help).
@@ -354,6 +362,8 @@ impl Metrics {
             capacity_bytes: g("capacity_bytes"),
             breaker_state: g("breaker_state"),
             healthy: g("healthy"),
+            fleet_joined: g("fleet_joined"),
+            fleet_usage_bytes: g("fleet_usage_bytes"),
             inflight_requests: per_op(&f.labelled_gauges["inflight_requests"]),
             inflight_bytes: per_op(&f.labelled_gauges["inflight_bytes"]),
             duration: Op::ALL.map(|op| f.duration.get_or_create_owned(&with("op", op.as_str()))),
@@ -361,6 +371,7 @@ impl Metrics {
             labels: labels.clone(),
         };
         h.healthy.set(1);
+        h.fleet_joined.set(-1);
         AdapterMetrics(Some(Arc::new(h)))
     }
 }
@@ -395,6 +406,8 @@ struct Handles {
     capacity_bytes: Gauge,
     breaker_state: Gauge,
     healthy: Gauge,
+    fleet_joined: Gauge,
+    fleet_usage_bytes: Gauge,
     inflight_requests: [Gauge; 4],
     inflight_bytes: [Gauge; 4],
     duration: [Histogram; 4],
@@ -634,6 +647,21 @@ impl AdapterMetrics {
         }
     }
 
+    /// Fleet mode: joined to the index (`true`) or serving alone.
+    pub(crate) fn fleet_joined(&self, joined: bool) {
+        if let Some(h) = &self.0 {
+            h.fleet_joined.set(i64::from(joined));
+        }
+    }
+
+    /// Fleet mode: the fleet's usage of the bucket, as the index last said.
+    pub(crate) fn fleet_usage(&self, bytes: u64) {
+        if let Some(h) = &self.0 {
+            h.fleet_usage_bytes
+                .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+        }
+    }
+
     /// A request retried because of `cause` (`throttled`, `server_error`, `connection`,
     /// `timeout`, `credentials`, `clock_skew`, …).
     pub fn retry(&self, cause: &str) {
@@ -703,6 +731,8 @@ mod tests {
             "kvtier_evicted_bytes counter",
             "kvtier_evicted_keys counter",
             "kvtier_eviction_rounds counter",
+            "kvtier_fleet_joined gauge",
+            "kvtier_fleet_usage_bytes gauge",
             "kvtier_healthy gauge",
             "kvtier_hf_metadata_cache counter",
             "kvtier_hub_requests counter",
@@ -745,6 +775,7 @@ mod tests {
             r#"kvtier_inflight_requests{adapter="0",adapter_type="s3",name="primary",op="store"} 0"#,
             r#"kvtier_request_duration_seconds_count{adapter="0",adapter_type="s3",name="primary",op="store"} 1"#,
             r#"kvtier_healthy{adapter="0",adapter_type="s3",name="primary"} 1"#,
+            r#"kvtier_fleet_joined{adapter="0",adapter_type="s3",name="primary"} -1"#,
         ] {
             assert!(text.lines().any(|l| l == line), "missing {line} in\n{text}");
         }

@@ -16,6 +16,11 @@
 //!   the watermark the node that holds the index's lease removes `floor(objects × ratio)`
 //!   (at least 1) of the least recently used unlocked objects of the whole fleet, whichever
 //!   node stored them. The eviction actor does not drive an adapter with a fleet.
+//! - **Listing**: the lease holder lists the bucket every `listing_interval_secs` (and a node
+//!   that finds the index empty while it holds objects lists at once): objects the index lacks
+//!   (other writers', or an index that lost its data) are added as least recent, and objects
+//!   it holds that the listing did not see are forgotten unless stored, hit, locked or being
+//!   deleted since the listing started.
 //! - **Alone**: while the index is unreachable, lookups and loads go on with the local ledger
 //!   and probes, stores are written (and not counted in the index), and nothing is deleted or
 //!   evicted; the index actor rejoins on its own. Locks taken while alone are local only.
@@ -27,7 +32,7 @@ use super::BackendActor;
 use crate::config::{EvictionConfig, FleetConfig};
 use crate::fleet::*;
 use crate::key::{KeyMap, NameFormat, ObjectKey};
-use crate::messages::DeleteCause;
+use crate::messages::{DeleteCause, ListKeys};
 
 /// What the backend keeps for fleet mode.
 pub(super) struct FleetLink {
@@ -45,6 +50,11 @@ pub(super) struct FleetLink {
     interval: std::time::Duration,
     /// A fleet eviction round is in flight.
     round: bool,
+    /// Period of the bucket listing that corrects the index (`None`: off).
+    listing: Option<std::time::Duration>,
+    /// A listing is in flight; when the last one started.
+    syncing: bool,
+    last_sync: Option<std::time::Instant>,
 }
 
 impl FleetLink {
@@ -62,6 +72,7 @@ impl FleetLink {
                 identity,
                 ttl: DEFAULT_TTL,
                 timeout: std::time::Duration::from_secs(2),
+                metrics: crate::metrics::AdapterMetrics::off(),
             }),
             index: None,
             held: KeyMap::default(),
@@ -69,9 +80,19 @@ impl FleetLink {
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
             interval,
             round: false,
+            listing: (config.listing_interval_secs > 0)
+                .then(|| std::time::Duration::from_secs(config.listing_interval_secs)),
+            syncing: false,
+            last_sync: None,
         }
     }
 }
+
+/// Objects per listed page sent to the index in one script.
+const SYNC_PAGE: usize = 1000;
+
+/// The least time between two listings started because the index was found empty.
+const EMPTY_INDEX_RESYNC: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// Removes the keys a fleet eviction round chose (sent by the backend to itself, so the
 /// deletion runs as a handler: claimed, removed, released). Replies with the keys removed.
@@ -116,11 +137,73 @@ impl BackendActor {
         let Some(link) = self.fleet.as_mut() else {
             return;
         };
-        let Some(config) = link.pending.take() else {
+        let Some(mut config) = link.pending.take() else {
             return;
         };
+        config.metrics = self.metrics.clone();
         link.index = Some(FleetIndex::new(config).start());
         ctx.run_interval(link.interval, |act, ctx| act.fleet_refresh(ctx));
+        if let Some(period) = link.listing {
+            ctx.run_interval(period, |act, ctx| act.fleet_sync(ctx));
+        }
+    }
+
+    /// Lists the bucket into the index (run by the lease holder; see
+    /// [`FleetConfig::listing_interval_secs`]): objects the index lacks are added, objects it
+    /// holds that the listing did not see (and nothing touched meanwhile) are forgotten.
+    fn fleet_sync(&mut self, ctx: &mut Context<Self>) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        if link.syncing || link.listing.is_none() {
+            return;
+        }
+        link.syncing = true;
+        link.last_sync = Some(std::time::Instant::now());
+        let (me, adapter, format) = (ctx.address(), self.index, self.format);
+        let sync = async move {
+            if !matches!(index.send(FleetLease).await, Ok(Ok(true))) {
+                return None;
+            }
+            let start = index.send(FleetSyncStart).await.ok()?.ok()?;
+            let mut cursor = None;
+            loop {
+                let list = ListKeys {
+                    model: None,
+                    cursor,
+                    page_size: SYNC_PAGE,
+                    adapter,
+                };
+                let page = me.send(list).await.ok()?.ok()?;
+                let objects = page
+                    .entries
+                    .into_iter()
+                    .map(|(k, size)| FleetObject {
+                        name: k.object_name(format),
+                        salt: k.cache_salt().unwrap_or("").to_string(),
+                        size,
+                    })
+                    .collect();
+                index.send(FleetSyncPage(objects)).await.ok()?.ok()?;
+                match page.next {
+                    Some(next) => cursor = Some(next),
+                    None => break,
+                }
+            }
+            index.send(FleetSyncEnd { start }).await.ok()?.ok()
+        };
+        ctx.spawn(wrap_future::<_, Self>(sync).map(|res, act, ctx| {
+            if let Some(link) = act.fleet.as_mut() {
+                link.syncing = false;
+            }
+            match res {
+                Some(usage) => act.fleet_usage(usage, ctx),
+                None => tracing::debug!(adapter = act.index, "fleet: no listing this time"),
+            }
+        }));
     }
 
     /// The index, when this adapter has a fleet.
@@ -212,6 +295,7 @@ impl BackendActor {
 
     /// Records the fleet's usage and checks whether the bucket needs an eviction round.
     pub(super) fn fleet_usage(&mut self, usage: FleetUsage, ctx: &mut Context<Self>) {
+        self.metrics.fleet_usage(usage.bytes);
         if let Some(link) = self.fleet.as_mut() {
             link.usage = Some(usage);
         }
@@ -226,7 +310,17 @@ impl BackendActor {
         ctx.spawn(
             wrap_future::<_, Self>(index.send(GetFleetUsage)).map(|res, act, ctx| {
                 if let Ok(Ok(usage)) = res {
+                    // An index that knows nothing while this node holds objects has lost its
+                    // data (or never had it): rebuild it from the listing.
+                    let empty = usage.objects == 0 && act.ledger.len() > 0;
                     act.fleet_usage(usage, ctx);
+                    let due = act.fleet.as_ref().is_some_and(|l| {
+                        l.last_sync
+                            .is_none_or(|t| t.elapsed() >= EMPTY_INDEX_RESYNC)
+                    });
+                    if empty && due {
+                        act.fleet_sync(ctx);
+                    }
                 }
             }),
         );
@@ -272,6 +366,7 @@ impl BackendActor {
             }
             // Another round at once only when this one removed something (else the timer).
             if let Some((removed, usage)) = res {
+                act.metrics.fleet_usage(usage.bytes);
                 if let Some(link) = act.fleet.as_mut() {
                     link.usage = Some(usage);
                 }
@@ -335,6 +430,7 @@ impl BackendActor {
         };
         ctx.spawn(wrap_future::<_, Self>(index.send(msg)).map(|res, act, _| {
             if let (Ok(Ok(usage)), Some(link)) = (res, act.fleet.as_mut()) {
+                act.metrics.fleet_usage(usage.bytes);
                 link.usage = Some(usage);
             }
         }));

@@ -103,6 +103,25 @@ pub(crate) struct FleetRelease {
 #[rtype(result = "Result<FleetUsage, FleetError>")]
 pub(crate) struct FleetVanished(pub(crate) Vec<String>);
 
+/// Starts a listing of the bucket (see [`FleetSyncPage`]); replies with the fleet clock's tick.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<u64, FleetError>")]
+pub(crate) struct FleetSyncStart;
+
+/// One page of the bucket's listing: marks the objects seen and adds those the index lacks
+/// (as least recent). Replies with the number added.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<u64, FleetError>")]
+pub(crate) struct FleetSyncPage(pub(crate) Vec<FleetObject>);
+
+/// Ends a listing started at `start`: forgets what it did not see and nothing has touched
+/// since (unlocked, not being deleted). Replies with the fleet's usage.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct FleetSyncEnd {
+    pub(crate) start: u64,
+}
+
 /// The fleet's usage.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Result<FleetUsage, FleetError>")]

@@ -68,6 +68,8 @@ pub(crate) struct IndexConfig {
     pub(crate) ttl: Duration,
     /// How long one request to the index may take before the node treats it as unreachable.
     pub(crate) timeout: Duration,
+    /// The adapter's series: `kvtier_fleet_joined` follows the node's standing.
+    pub(crate) metrics: crate::metrics::AdapterMetrics,
 }
 
 /// The fleet index actor of one adapter. See the module docs.
@@ -100,6 +102,7 @@ impl FleetIndex {
                 )),
             ),
         };
+        config.metrics.fleet_joined(false);
         let status = FleetStatus {
             node: config.node.clone(),
             joined: false,
@@ -174,6 +177,7 @@ impl FleetIndex {
         }
         self.status.joined = false;
         self.status.reason = Some(reason);
+        self.config.metrics.fleet_joined(false);
     }
 
     fn ttl_ms(&self) -> String {
@@ -255,6 +259,7 @@ impl FleetIndex {
                     act.status.reason = None;
                     act.status.nodes = n.max(0) as u64;
                     act.status.joins += 1;
+                    act.config.metrics.fleet_joined(true);
                     tracing::info!(node = %act.config.node, nodes = n, "fleet: joined the index");
                 }
                 Err(e) => {
@@ -289,6 +294,15 @@ fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
     redis::from_redis_value::<Vec<String>>(v.clone()).map_err(|_| bad_reply(what, &v))
 }
 
+/// `args` followed by (name, salt, size) per object.
+fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>) -> Vec<String> {
+    args.reserve(objects.len() * 3);
+    for o in objects {
+        args.extend([o.name, o.salt, o.size.to_string()]);
+    }
+    args
+}
+
 fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
     let flat = parse_strings("usage", v)?;
     let mut u = FleetUsage::default();
@@ -313,11 +327,7 @@ impl Handler<FleetStored> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
 
     fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
-        let mut args = Vec::with_capacity(msg.0.len() * 3);
-        for o in msg.0 {
-            args.extend([o.name, o.salt, o.size.to_string()]);
-        }
-        self.run(|s| &s.stored, args, parse_usage)
+        self.run(|s| &s.stored, object_args(Vec::new(), msg.0), parse_usage)
     }
 }
 
@@ -418,6 +428,41 @@ impl Handler<FleetVanished> for FleetIndex {
 
     fn handle(&mut self, msg: FleetVanished, _: &mut Self::Context) -> Self::Result {
         self.run(|s| &s.vanished, msg.0, parse_usage)
+    }
+}
+
+impl Handler<FleetSyncStart> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<u64, FleetError>>;
+
+    fn handle(&mut self, _: FleetSyncStart, _: &mut Self::Context) -> Self::Result {
+        let args = vec![self.config.node.clone()];
+        self.run(
+            |s| &s.sync_start,
+            args,
+            |v| parse_int(v).map(|n| n.max(0) as u64),
+        )
+    }
+}
+
+impl Handler<FleetSyncPage> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<u64, FleetError>>;
+
+    fn handle(&mut self, msg: FleetSyncPage, _: &mut Self::Context) -> Self::Result {
+        let args = object_args(vec![self.config.node.clone()], msg.0);
+        self.run(
+            |s| &s.sync_page,
+            args,
+            |v| parse_int(v).map(|n| n.max(0) as u64),
+        )
+    }
+}
+
+impl Handler<FleetSyncEnd> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetSyncEnd, _: &mut Self::Context) -> Self::Result {
+        let args = vec![self.config.node.clone(), msg.start.to_string()];
+        self.run(|s| &s.sync_end, args, parse_usage)
     }
 }
 

@@ -23,6 +23,7 @@
 //! - `deleting` (hash): object name → its `gen` when a node claimed its deletion.
 //! - `claims:NODE` (set): the names a node has claimed and not released.
 //! - `nodes` (sorted set): node id → the server time its liveness lapses.
+//! - `seen:NODE` (set): the names a listing of the bucket by that node has seen so far.
 //! - `lease` (string, with a TTL): the node allowed to choose eviction victims.
 
 use redis::Script;
@@ -242,6 +243,49 @@ end
 return redis.call('HGETALL', p..'usage')
 "#;
 
+const SYNC_START: &str = r#"
+-- ARGV: p, node. Starts a listing of the bucket: clears this node's seen set; returns the
+-- clock now (objects stored or hit after it are never swept by this listing).
+redis.call('DEL', p..'seen:'..ARGV[2])
+return tonumber(redis.call('GET', p..'clock') or '0')
+"#;
+
+const SYNC_PAGE: &str = r#"
+-- ARGV: p, node, then (name, salt, size) per listed object. Marks each seen; adds those the
+-- index does not know (least recent: tick 0) unless a node is deleting them. Returns the
+-- number added.
+local node = ARGV[2]
+local added = 0
+for i = 3, #ARGV, 3 do
+  local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+  redis.call('SADD', p..'seen:'..node, name)
+  if redis.call('HEXISTS', p..'size', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
+    redis.call('HSET', p..'size', name, size)
+    if salt ~= '' then redis.call('HSET', p..'salt', name, salt) end
+    add_usage(salt, size, 1)
+    redis.call('ZADD', p..'recency', 0, name)
+    added = added + 1
+  end
+end
+return added
+"#;
+
+const SYNC_END: &str = r#"
+-- ARGV: p, node, start tick. Forgets the objects the listing did not see, unless stored or hit
+-- since it started, locked, or being deleted. Returns the usage hash.
+local node, start = ARGV[2], tonumber(ARGV[3])
+for _, name in ipairs(redis.call('HKEYS', p..'size')) do
+  if redis.call('SISMEMBER', p..'seen:'..node, name) == 0
+      and tonumber(redis.call('ZSCORE', p..'recency', name) or '0') <= start
+      and redis.call('HEXISTS', p..'locks', name) == 0
+      and redis.call('HEXISTS', p..'deleting', name) == 0 then
+    forget(name)
+  end
+end
+redis.call('DEL', p..'seen:'..node)
+return redis.call('HGETALL', p..'usage')
+"#;
+
 const USAGE: &str = r#"
 -- ARGV: p. The usage hash.
 return redis.call('HGETALL', p..'usage')
@@ -260,6 +304,9 @@ pub(super) struct Scripts {
     pub(super) claim: Script,
     pub(super) release: Script,
     pub(super) vanished: Script,
+    pub(super) sync_start: Script,
+    pub(super) sync_page: Script,
+    pub(super) sync_end: Script,
     pub(super) usage: Script,
 }
 
@@ -278,6 +325,9 @@ impl Scripts {
             claim: s(CLAIM),
             release: s(RELEASE),
             vanished: s(VANISHED),
+            sync_start: s(SYNC_START),
+            sync_page: s(SYNC_PAGE),
+            sync_end: s(SYNC_END),
             usage: s(USAGE),
         }
     }

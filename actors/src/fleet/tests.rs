@@ -95,6 +95,7 @@ fn config(url: &str, node: &str, ttl: Duration) -> IndexConfig {
         identity: "s3:127.0.0.1/bucket/prefix".into(),
         ttl,
         timeout: Duration::from_secs(5),
+        metrics: crate::metrics::AdapterMetrics::off(),
     }
 }
 
@@ -473,5 +474,50 @@ async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart
         usage(&a).await,
         FleetUsage::default(),
         "a restarted index starts empty"
+    );
+}
+
+#[actix_rt::test]
+async fn a_listing_adds_what_the_index_lacks_and_forgets_what_it_did_not_see() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    a.send(FleetStored(vec![obj("x", "", 100), obj("y", "", 200)]))
+        .await
+        .unwrap()
+        .unwrap();
+    let start = a.send(FleetSyncStart).await.unwrap().unwrap();
+    // Stored after the listing began: never swept by it.
+    b.send(FleetStored(vec![obj("z", "", 50)]))
+        .await
+        .unwrap()
+        .unwrap();
+    // The listing sees only `w`, an object another writer put in the bucket.
+    let added = a
+        .send(FleetSyncPage(vec![obj("w", "s", 10)]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(added, 1);
+    // Locked: kept, though unseen.
+    b.send(FleetLockNames(names(&["y"])))
+        .await
+        .unwrap()
+        .unwrap();
+    let u = a.send(FleetSyncEnd { start }).await.unwrap().unwrap();
+    assert_eq!(
+        (u.bytes, u.objects),
+        (260, 3),
+        "x forgotten; y, z kept; w added"
+    );
+    assert_eq!(u.by_salt.get("s"), Some(&10));
+    let order = a
+        .send(FleetCandidates { limit: 5, scan: 10 })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        order.first().map(|(n, _)| n.as_str()),
+        Some("w"),
+        "added as least recent"
     );
 }
