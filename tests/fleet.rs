@@ -275,8 +275,9 @@ async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
     async fn fleet_bytes(tier: &Tier) -> u64 {
         tier.usage().await.unwrap().adapters[0].used_bytes
     }
+    // Joined first: until then `usage` is the node's own ledger.
     until("the 30 objects written alone are counted", || async {
-        fleet_bytes(&a).await == 30 * OBJ as u64
+        joined(&a).await && fleet_bytes(&a).await == 30 * OBJ as u64
     })
     .await;
     store(&a, 100..110).await;

@@ -196,9 +196,9 @@ pub struct FleetConfig {
     #[serde(default)]
     pub node_id: Option<String>,
     /// Period of the listing of the bucket that corrects the index (objects written by other
-    /// writers, objects gone behind its back, an index that lost its data), run by the node
-    /// that holds the eviction lease; default 300 s, 0 turns it off. Also run once when a node
-    /// finds the index empty while it holds objects.
+    /// writers, objects gone behind its back, an index that lost its data), run by one node
+    /// per period (the holder of the listing lease); default 300 s, 0 turns it off. Also run
+    /// when a node finds the index empty while it holds objects.
     #[serde(default = "default_listing_interval")]
     pub listing_interval_secs: u64,
 }

@@ -214,6 +214,53 @@ fn a_trace_replays_through_the_runtime() {
     assert_eq!(r["policies"], serde_json::json!(["LRU"]));
 }
 
+/// `--requests N` keeps the first N requests and `--node I/N` every N-th of them, with the
+/// capacity of the whole (first N) trace; a bad `--node` is a usage error.
+#[test]
+fn a_replay_splits_the_trace_between_nodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = conversations_trace(dir.path());
+    let t = trace.to_str().unwrap();
+    let run = |extra: &[&str]| {
+        let mut args = vec!["bench", "--trace", t, "--block-size", "4KiB", "--json"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[
+            "--capacity-fraction",
+            "0.3",
+            "--l2-adapter",
+            r#"{"type": "memory", "eviction": {"eviction_policy": "LRU"}}"#,
+        ]);
+        let (code, out, err) = kvtier(&args);
+        assert_eq!(code, 0, "{err}");
+        serde_json::from_str::<serde_json::Value>(out.trim()).unwrap()
+    };
+    let whole = run(&["--requests", "12"]);
+    let parts: Vec<serde_json::Value> = (0..3)
+        .map(|i| run(&["--requests", "12", "--node", &format!("{i}/3")]))
+        .collect();
+    assert_eq!(whole["requests"], 12);
+    for p in &parts {
+        assert_eq!(p["requests"], 4, "{p}");
+        assert_eq!(
+            p["unique_blocks"], whole["unique_blocks"],
+            "the whole trace's capacity"
+        );
+        assert_eq!(p["capacity_bytes"], whole["capacity_bytes"]);
+    }
+    let blocks: u64 = parts.iter().map(|p| p["blocks"].as_u64().unwrap()).sum();
+    assert_eq!(
+        blocks,
+        whole["blocks"].as_u64().unwrap(),
+        "every request once"
+    );
+    for bad in ["3/3", "1", "a/b", "0/0"] {
+        let (code, _, err) =
+            kvtier(&["bench", "--trace", t, "--block-size", "4KiB", "--node", bad]);
+        assert_eq!(code, 2, "{bad}: {err}");
+        assert!(err.contains("--node"), "{err}");
+    }
+}
+
 /// A replay whose store cannot be opened is a runtime failure (exit 1, as the README's table
 /// says), not a usage error; a bad flag is still exit 2.
 #[test]

@@ -13,14 +13,18 @@
 //! - **Stores** tell the index the objects written (size, salt, recency); a key found by a
 //!   probe that the index did not know is added the same way.
 //! - **Eviction** of the bucket is the fleet's: usage is the index's total, and when it reaches
-//!   the watermark the node that holds the index's lease removes `floor(objects × ratio)`
-//!   (at least 1) of the least recently used unlocked objects of the whole fleet, whichever
-//!   node stored them. The eviction actor does not drive an adapter with a fleet.
-//! - **Listing**: the lease holder lists the bucket every `listing_interval_secs` (and a node
-//!   that finds the index empty while it holds objects lists at once): objects the index lacks
-//!   (other writers', or an index that lost its data) are added as least recent, and objects
-//!   it holds that the listing did not see are forgotten unless stored, hit, locked or being
-//!   deleted since the listing started.
+//!   the watermark a node that finds it so takes the index's eviction lease for one round (one
+//!   round at a time in the fleet; the lease is given up at the round's end) and removes the
+//!   least recently used unlocked objects of the whole fleet, whichever node stored them:
+//!   LMCache's `floor(objects × ratio)` (at least 1), plus what brings usage back to the
+//!   watermark when it is further above (see `round_size`). The eviction actor does not drive
+//!   an adapter with a fleet.
+//! - **Listing**: one node per period (the holder of the listing lease, which lapses after
+//!   the period) lists the bucket every `listing_interval_secs` (and a node that finds the
+//!   index empty while it holds objects lists at once): objects the index lacks (other
+//!   writers', or an index that lost its data) are added as least recent, and objects it holds
+//!   that the listing did not see are forgotten unless stored, hit, locked or being deleted
+//!   since the listing started.
 //! - **Alone**: while the index is unreachable, lookups and loads go on with the local ledger
 //!   and probes, stores are written (and not counted in the index), and nothing is deleted or
 //!   evicted; the index actor rejoins on its own. Locks taken while alone are local only.
@@ -148,7 +152,7 @@ impl BackendActor {
         }
     }
 
-    /// Lists the bucket into the index (run by the lease holder; see
+    /// Lists the bucket into the index (run by the holder of the listing lease; see
     /// [`FleetConfig::listing_interval_secs`]): objects the index lacks are added, objects it
     /// holds that the listing did not see (and nothing touched meanwhile) are forgotten.
     fn fleet_sync(&mut self, ctx: &mut Context<Self>) {
@@ -158,14 +162,17 @@ impl BackendActor {
         let Some(link) = self.fleet.as_mut() else {
             return;
         };
-        if link.syncing || link.listing.is_none() {
+        let Some(period) = link.listing.filter(|_| !link.syncing) else {
             return;
-        }
+        };
         link.syncing = true;
         link.last_sync = Some(std::time::Instant::now());
         let (me, adapter, format) = (ctx.address(), self.index, self.format);
         let sync = async move {
-            if !matches!(index.send(FleetLease).await, Ok(Ok(true))) {
+            if !matches!(
+                index.send(FleetLease(Lease::Listing(period))).await,
+                Ok(Ok(true))
+            ) {
                 return None;
             }
             let start = index.send(FleetSyncStart).await.ok()?.ok()?;
@@ -343,22 +350,28 @@ impl BackendActor {
             return;
         }
         link.round = true;
-        let limit = ((usage.objects as f64 * ratio).floor() as usize).max(1);
+        let limit = round_size(usage, capacity, watermark, ratio);
         let (me, format) = (ctx.address(), self.format);
         let round = async move {
-            if !matches!(index.send(FleetLease).await, Ok(Ok(true))) {
+            if !matches!(index.send(FleetLease(Lease::Evict)).await, Ok(Ok(true))) {
                 return None;
             }
-            let scan = limit.saturating_mul(4).saturating_add(64);
-            let chosen = index
-                .send(FleetCandidates { limit, scan })
-                .await
-                .ok()?
-                .ok()?;
-            let keys = parse_names(chosen.into_iter().map(|(n, _)| n), format);
-            let removed = me.send(FleetEvict(keys)).await.ok()?;
-            let usage = index.send(GetFleetUsage).await.ok()?.ok()?;
-            Some((removed.len(), usage))
+            let evict = async {
+                let scan = limit.saturating_mul(4).saturating_add(64);
+                let chosen = index
+                    .send(FleetCandidates { limit, scan })
+                    .await
+                    .ok()?
+                    .ok()?;
+                let keys = parse_names(chosen.into_iter().map(|(n, _)| n), format);
+                let removed = me.send(FleetEvict(keys)).await.ok()?;
+                let usage = index.send(GetFleetUsage).await.ok()?.ok()?;
+                Some((removed.len(), usage))
+            };
+            let done = evict.await;
+            // The next round runs on whichever node finds the bucket full first.
+            let _ = index.send(FleetLeaseRelease(Lease::Evict)).await;
+            done
         };
         ctx.spawn(wrap_future::<_, Self>(round).map(|res, act, ctx| {
             if let Some(link) = act.fleet.as_mut() {
@@ -455,10 +468,46 @@ impl BackendActor {
     }
 }
 
+/// How many objects a fleet round removes: LMCache's `floor(objects × ratio)` (at least 1),
+/// plus, when the fleet is above its watermark by more than that, the objects (at the
+/// average size) that bring it back to the watermark. N nodes store N times as fast as one
+/// while one node evicts, so rounds of the ratio alone fall behind (docs/fleet.md).
+fn round_size(usage: &FleetUsage, capacity: u64, watermark: f64, ratio: f64) -> usize {
+    let by_ratio = ((usage.objects as f64 * ratio).floor() as usize).max(1);
+    let over = usage.bytes as f64 - watermark * capacity as f64;
+    if over <= 0.0 || usage.objects == 0 {
+        return by_ratio;
+    }
+    let average = usage.bytes as f64 / usage.objects as f64;
+    by_ratio + (over / average).ceil() as usize
+}
+
 /// Keys from object names; names that are not keys in `format` (objects of other writers)
 /// are skipped.
 fn parse_names(names: impl Iterator<Item = String>, format: NameFormat) -> Vec<ObjectKey> {
     names
         .filter_map(|n| ObjectKey::parse(&n, format).ok())
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn usage(bytes: u64, objects: u64) -> FleetUsage {
+        FleetUsage {
+            bytes,
+            objects,
+            ..FleetUsage::default()
+        }
+    }
+
+    #[test]
+    fn a_round_is_the_ratio_at_the_watermark_and_catches_up_above_it() {
+        // At the watermark (80 of 100 objects of 1 byte): LMCache's floor(80 × 0.2).
+        assert_eq!(round_size(&usage(80, 80), 100, 0.8, 0.2), 16);
+        // 300 objects on a 100-object bucket: back to 80, then the ratio's 60 more.
+        assert_eq!(round_size(&usage(300, 300), 100, 0.8, 0.2), 60 + 220);
+        assert_eq!(round_size(&usage(0, 0), 100, 0.8, 0.2), 1);
+    }
 }

@@ -69,10 +69,24 @@ pub(crate) struct FleetUnlock(pub(crate) Vec<String>);
 #[rtype(result = "Result<(), FleetError>")]
 pub(crate) struct FleetTouch(pub(crate) Vec<String>);
 
-/// Takes or renews the bucket's eviction lease; `Ok(true)` when this node holds it.
+/// Which lease of the bucket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lease {
+    /// The eviction round's: one round at a time in the fleet; lapses after the node's `ttl`.
+    Evict,
+    /// The bucket listing's: one listing per period in the fleet; lapses after the period.
+    Listing(std::time::Duration),
+}
+
+/// Takes or renews a lease of the bucket; `Ok(true)` when this node holds it.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Result<bool, FleetError>")]
-pub(crate) struct FleetLease;
+pub(crate) struct FleetLease(pub(crate) Lease);
+
+/// Gives a lease up, if this node holds it.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<(), FleetError>")]
+pub(crate) struct FleetLeaseRelease(pub(crate) Lease);
 
 /// Up to `limit` eviction candidates by fleet recency, oldest first, none locked or being
 /// deleted by any node, among the `scan` oldest names; with their sizes.

@@ -20,8 +20,9 @@
 //!   node. A node that finds itself reaped (its heartbeat came too late) joins again, which
 //!   drops whatever its earlier self held; a process that restarts with the same node id does
 //!   the same at its first join. No lock outlives its node.
-//! - **Eviction lease**: at most one node holds `lease`; it lapses `ttl` after its holder last
-//!   renewed it.
+//! - **Leases**: at most one node holds `lease` (an eviction round) and one `listing`; each
+//!   lapses after its TTL if its holder does not give it up (the round's holder does, at the
+//!   round's end; the listing's is held for its period).
 //! - **Stores racing deletions**: a claim records the object's store generation; a release
 //!   forgets the object only if no store came in between, so an object stored again while its
 //!   old copy was being deleted stays known.
@@ -374,12 +375,36 @@ impl Handler<FleetTouch> for FleetIndex {
     }
 }
 
+impl FleetIndex {
+    fn lease_args(&self, lease: Lease) -> Vec<String> {
+        let (name, ttl) = match lease {
+            Lease::Evict => ("lease", self.config.ttl),
+            Lease::Listing(period) => ("listing", period),
+        };
+        vec![
+            self.config.node.clone(),
+            ttl.as_millis().to_string(),
+            name.to_string(),
+        ]
+    }
+}
+
 impl Handler<FleetLease> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<bool, FleetError>>;
 
-    fn handle(&mut self, _: FleetLease, _: &mut Self::Context) -> Self::Result {
-        let args = vec![self.config.node.clone(), self.ttl_ms()];
+    fn handle(&mut self, msg: FleetLease, _: &mut Self::Context) -> Self::Result {
+        let args = self.lease_args(msg.0);
         self.run(|s| &s.lease, args, |v| parse_int(v).map(|n| n == 1))
+    }
+}
+
+impl Handler<FleetLeaseRelease> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<(), FleetError>>;
+
+    fn handle(&mut self, msg: FleetLeaseRelease, _: &mut Self::Context) -> Self::Result {
+        let mut args = self.lease_args(msg.0);
+        args.remove(1);
+        self.run(|s| &s.lease_release, args, |_| Ok(()))
     }
 }
 

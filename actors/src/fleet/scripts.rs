@@ -24,7 +24,10 @@
 //! - `claims:NODE` (set): the names a node has claimed and not released.
 //! - `nodes` (sorted set): node id → the server time its liveness lapses.
 //! - `seen:NODE` (set): the names a listing of the bucket by that node has seen so far.
-//! - `lease` (string, with a TTL): the node allowed to choose eviction victims.
+//! - `lease` (string, with a TTL): the node running an eviction round (held for the round,
+//!   then given up, so the next round runs on whichever node finds the bucket full).
+//! - `listing` (string, with a TTL of the listing period): the node that lists the bucket
+//!   this period.
 
 use redis::Script;
 
@@ -70,8 +73,10 @@ local function drop_node(node)
     redis.call('HDEL', p..'deleting', name)
   end
   redis.call('DEL', p..'claims:'..node)
-  if redis.call('GET', p..'lease') == node then
-    redis.call('DEL', p..'lease')
+  for _, lease in ipairs({'lease', 'listing'}) do
+    if redis.call('GET', p..lease) == node then
+      redis.call('DEL', p..lease)
+    end
   end
 end
 local function reap(now)
@@ -173,15 +178,24 @@ return 0
 "#;
 
 const LEASE: &str = r#"
--- ARGV: p, node, ttl_ms. 1 when this node holds the eviction lease (taken or renewed), else 0.
-local node, ttl = ARGV[2], tonumber(ARGV[3])
-local holder = redis.call('GET', p..'lease')
+-- ARGV: p, node, ttl_ms, lease (`lease`: eviction; `listing`: the bucket listing). 1 when this
+-- node holds the lease (taken or renewed for ttl_ms), else 0.
+local node, ttl, key = ARGV[2], tonumber(ARGV[3]), p..ARGV[4]
+local holder = redis.call('GET', key)
 if holder == false then
-  redis.call('SET', p..'lease', node, 'PX', ttl)
+  redis.call('SET', key, node, 'PX', ttl)
   return 1
 elseif holder == node then
-  redis.call('PEXPIRE', p..'lease', ttl)
+  redis.call('PEXPIRE', key, ttl)
   return 1
+end
+return 0
+"#;
+
+const LEASE_RELEASE: &str = r#"
+-- ARGV: p, node, lease. Gives the lease up if this node holds it.
+if redis.call('GET', p..ARGV[3]) == ARGV[2] then
+  redis.call('DEL', p..ARGV[3])
 end
 return 0
 "#;
@@ -300,6 +314,7 @@ pub(super) struct Scripts {
     pub(super) unlock: Script,
     pub(super) touch: Script,
     pub(super) lease: Script,
+    pub(super) lease_release: Script,
     pub(super) candidates: Script,
     pub(super) claim: Script,
     pub(super) release: Script,
@@ -321,6 +336,7 @@ impl Scripts {
             unlock: s(UNLOCK),
             touch: s(TOUCH),
             lease: s(LEASE),
+            lease_release: s(LEASE_RELEASE),
             candidates: s(CANDIDATES),
             claim: s(CLAIM),
             release: s(RELEASE),

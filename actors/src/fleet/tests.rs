@@ -339,10 +339,13 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
         .await
         .unwrap()
         .unwrap();
-    assert!(a.send(FleetLease).await.unwrap().unwrap());
-    assert!(!b.send(FleetLease).await.unwrap().unwrap(), "one holder");
+    assert!(a.send(FleetLease(Lease::Evict)).await.unwrap().unwrap());
     assert!(
-        a.send(FleetLease).await.unwrap().unwrap(),
+        !b.send(FleetLease(Lease::Evict)).await.unwrap().unwrap(),
+        "one holder"
+    );
+    assert!(
+        a.send(FleetLease(Lease::Evict)).await.unwrap().unwrap(),
         "renewed by its holder"
     );
     assert!(b
@@ -355,7 +358,7 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
     // `a` dies holding the lease and a lock: both lapse, and `b`'s heartbeat reaps them.
     a.send(Die).await.unwrap();
     until("b takes the lease", || async {
-        b.send(FleetLease).await.unwrap().unwrap()
+        b.send(FleetLease(Lease::Evict)).await.unwrap().unwrap()
     })
     .await;
     until("a's lock is released", || async {

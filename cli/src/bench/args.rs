@@ -68,6 +68,15 @@ pub struct BenchArgs {
     /// with `--simulate` the only capacity simulated instead of 2, 5, 10, 20 and 40 %).
     #[arg(long, value_name = "F")]
     pub capacity_fraction: Option<f64>,
+    /// With `--trace`: replay only the first N requests of the trace (before `--node` splits
+    /// them).
+    #[arg(long, value_name = "N")]
+    pub requests: Option<usize>,
+    /// With `--trace`: replay as node I of N of a fleet (`[fleet]`): every N-th request,
+    /// starting at request I (0-based), with the capacity of the whole trace (the bucket's). Run
+    /// N processes, one per node, on one bucket and one fleet index.
+    #[arg(long, value_name = "I/N")]
+    pub node: Option<String>,
     /// With `--trace`: wall milliseconds per trace millisecond (0, the default: no waiting).
     #[arg(long, value_name = "X", default_value_t = 0.0)]
     pub time_scale: f64,

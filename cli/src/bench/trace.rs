@@ -95,6 +95,30 @@ impl Trace {
         })
     }
 
+    /// Keeps the first `n` requests (the unique blocks are counted again).
+    pub fn first(mut self, n: usize) -> Self {
+        self.requests.truncate(n);
+        self.unique_blocks = self
+            .requests
+            .iter()
+            .flat_map(|r| r.hash_ids.iter())
+            .collect::<HashSet<_>>()
+            .len();
+        self
+    }
+
+    /// Node `i` of `n`: every `n`-th request from the `i`-th. The unique blocks stay the
+    /// whole trace's, so each node's capacity is the bucket's.
+    pub fn node(mut self, i: usize, n: usize) -> Self {
+        self.requests = std::mem::take(&mut self.requests)
+            .into_iter()
+            .enumerate()
+            .filter(|(k, _)| k % n == i)
+            .map(|(_, r)| r)
+            .collect();
+        self
+    }
+
     /// Capacity in whole blocks for a fraction of the unique blocks (at least 1).
     pub fn capacity_blocks(&self, fraction: f64) -> u64 {
         ((self.unique_blocks as f64 * fraction).floor() as u64).max(1)

@@ -37,7 +37,37 @@ pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
         },
         None => None,
     };
-    let trace = trace::Trace::load(path)?;
+    let node = match &args.node {
+        None => None,
+        Some(text) => {
+            let parsed = text
+                .split_once('/')
+                .and_then(|(i, n)| Some((i.parse::<usize>().ok()?, n.parse::<usize>().ok()?)));
+            match parsed {
+                Some((i, n)) if n > 0 && i < n => Some((i, n)),
+                _ => {
+                    return Err(format!(
+                        "--node {text:?}: expected I/N with 0 <= I < N, like 0/3"
+                    ))
+                }
+            }
+        }
+    };
+    if args.requests == Some(0) {
+        return Err("--requests must be > 0".into());
+    }
+    let mut trace = trace::Trace::load(path)?;
+    if let Some(n) = args.requests {
+        trace = trace.first(n);
+    }
+    if let Some((i, n)) = node {
+        trace = trace.node(i, n);
+        if trace.requests.is_empty() {
+            return Err(format!(
+                "--node {i}/{n}: no request of the trace falls to this node"
+            ));
+        }
+    }
     if args.simulate {
         let caps: Vec<f64> = match args.capacity_fraction {
             Some(f) => vec![f],
