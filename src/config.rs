@@ -39,7 +39,12 @@ pub const DEFAULT_EVICTION_INTERVAL_MS: u64 = 1000;
 /// (see [`missing_feature`]); the others are always built.
 pub const ADAPTER_TYPES: &[&str] = &["memory", "fs", "s3", "hfbucket", "fault_inject"];
 /// Fields whose values are never printed.
-pub const SECRET_FIELDS: &[&str] = &["aws_secret_access_key", "aws_access_key_id", "token"];
+pub const SECRET_FIELDS: &[&str] = &[
+    "aws_secret_access_key",
+    "aws_access_key_id",
+    "token",
+    "index",
+];
 /// What a secret is printed as.
 pub const REDACTED: &str = "<redacted>";
 
@@ -605,72 +610,33 @@ impl TierConfig {
     }
 }
 
-/// Parses `[fleet]` (`index`, `node_id`, `listing_interval_secs`), naming the field that is
-/// wrong.
+/// Parses `[fleet]` strictly (as an adapter: [`strict`]), naming the field that is wrong; the
+/// index URL may hold a password, so no error quotes it.
 fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
     let err = |field: &str, message: String| ConfigError::Field {
         field: format!("fleet.{field}"),
         message,
     };
-    let Value::Object(mut m) = v else {
+    if !v.is_object() {
         return Err(err(
             "",
             format!("must be a table ([fleet]), got {}", type_name(&v)),
         ));
-    };
-    if let Some(unknown) = m
-        .keys()
-        .find(|k| !["index", "node_id"].contains(&k.as_str()))
-    {
+    }
+    let fleet: FleetConfig = strict(v).map_err(|(field, message)| err(&field, message))?;
+    let url = fleet.index.expose();
+    if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
         return Err(err(
-            unknown,
-            "unknown field; expected index, node_id".into(),
+            "index",
+            "must be a redis:// or rediss:// URL (Redis or Valkey)".into(),
         ));
     }
-    // The URL may hold a password: errors never quote it.
-    let index = match m.remove("index") {
-        Some(Value::String(s)) if s.starts_with("redis://") || s.starts_with("rediss://") => s,
-        Some(Value::String(_)) => {
-            return Err(err(
-                "index",
-                "must be a redis:// or rediss:// URL (Redis or Valkey)".into(),
-            ))
-        }
-        Some(other) => {
-            return Err(err(
-                "index",
-                format!("must be a string, got {}", type_name(&other)),
-            ))
-        }
-        None => {
-            return Err(err(
-                "index",
-                "missing: the redis:// URL of the fleet index".into(),
-            ))
-        }
-    };
-    let mut fleet = FleetConfig::new(index);
-    match m.remove("node_id") {
-        None => {}
-        Some(Value::String(id)) if !id.trim().is_empty() => fleet = fleet.node_id(id),
-        Some(other) => {
-            return Err(err(
-                "node_id",
-                format!("must be a non-empty string, got {other}"),
-            ))
-        }
-    }
-    match m.remove("listing_interval_secs") {
-        None => {}
-        Some(v) => match v.as_u64() {
-            Some(secs) => fleet.listing_interval_secs = secs,
-            None => {
-                return Err(err(
-                    "listing_interval_secs",
-                    format!("must be a whole number of seconds (0: off), got {v}"),
-                ))
-            }
-        },
+    if fleet
+        .node_id
+        .as_ref()
+        .is_some_and(|id| id.trim().is_empty())
+    {
+        return Err(err("node_id", "must not be empty".into()));
     }
     Ok(fleet)
 }

@@ -4,7 +4,7 @@
 
 use kvtier_testkit as support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::BytesMut;
 use kvtier::actors::backends::fault_inject::FaultInjectConfig;
@@ -33,17 +33,16 @@ async fn node(dir: &std::path::Path, url: Option<&str>, id: &str) -> Tier {
     Tier::start(&config).await.unwrap()
 }
 
-/// Polls `f` until it holds; a generous bound, for a failure message rather than timing.
-async fn until<F, Fut>(what: &str, mut f: F)
+/// Polls `f` (the test kit's `wait_until`, 60 s at most) and fails naming `what`.
+async fn until<F, Fut>(what: &str, f: F)
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while !f().await {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        actix_rt::time::sleep(Duration::from_millis(20)).await;
-    }
+    assert!(
+        support::wait_until(60, f).await,
+        "timed out waiting until {what}"
+    );
 }
 
 async fn joined(tier: &Tier) -> bool {
@@ -51,26 +50,23 @@ async fn joined(tier: &Tier) -> bool {
     s.adapters[0].fleet.as_ref().is_some_and(|f| f.joined)
 }
 
-/// Bytes of the objects in the bucket (the directory), as a listing sees them.
-fn bucket_bytes(dir: &std::path::Path) -> u64 {
-    walk(dir)
+/// The files of the bucket (the directory) with their sizes, as a listing sees them.
+fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let m = e.metadata().unwrap();
+        if m.is_dir() {
+            out.extend(files(&e.path()));
+        } else {
+            out.push((e.path(), m.len()));
+        }
+    }
+    out
 }
 
-fn walk(dir: &std::path::Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|rd| {
-            rd.flatten()
-                .map(|e| {
-                    let m = e.metadata().unwrap();
-                    if m.is_dir() {
-                        walk(&e.path())
-                    } else {
-                        m.len()
-                    }
-                })
-                .sum()
-        })
-        .unwrap_or(0)
+/// Bytes of the objects in the bucket.
+fn bucket_bytes(dir: &std::path::Path) -> u64 {
+    files(dir).iter().map(|(_, n)| n).sum()
 }
 
 async fn store(tier: &Tier, range: std::ops::Range<u32>) {
@@ -284,9 +280,7 @@ async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
     assert_eq!(fleet_bytes(&a).await, 40 * OBJ as u64);
 
     // Five objects removed behind the fleet's back.
-    let mut files = Vec::new();
-    collect_files(dir.path(), &mut files);
-    for f in files.iter().take(5) {
+    for (f, _) in files(dir.path()).iter().take(5) {
         std::fs::remove_file(f).unwrap();
     }
     until("the listing forgets them", || async {
@@ -304,16 +298,6 @@ async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
     a.close().await;
 }
 
-fn collect_files(dir: &std::path::Path, out: &mut Vec<std::path::PathBuf>) {
-    for e in std::fs::read_dir(dir).unwrap().flatten() {
-        if e.metadata().unwrap().is_dir() {
-            collect_files(&e.path(), out);
-        } else {
-            out.push(e.path());
-        }
-    }
-}
-
 /// `[fleet]` in the file and the environment; errors name the field and never quote the URL.
 #[test]
 fn fleet_is_configured_like_the_rest() {
@@ -321,22 +305,26 @@ fn fleet_is_configured_like_the_rest() {
     let file = dir.path().join("kvtier.toml");
     std::fs::write(
         &file,
-        "[fleet]\nindex = \"redis://:pw@10.0.0.7:6379/0\"\nnode_id = \"gpu-17\"\n",
+        "[fleet]\nindex = \"redis://:pw@10.0.0.7:6379/0\"\nnode_id = \"gpu-17\"\nlisting_interval_secs = 60\n",
     )
     .unwrap();
     let config = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap();
     let fleet = config.fleet.clone().unwrap();
     assert_eq!(fleet.index.expose(), "redis://:pw@10.0.0.7:6379/0");
     assert_eq!(fleet.resolved_node_id(), "gpu-17");
+    assert_eq!(fleet.listing_interval_secs, 60);
     assert!(!format!("{config:?} {}", config.to_redacted_json()).contains("pw@"));
 
-    let env = [(
-        "KVTIER_FLEET__INDEX".to_string(),
-        "rediss://h:6380".to_string(),
-    )];
+    let env = [
+        ("KVTIER_FLEET__INDEX", "rediss://h:6380"),
+        ("KVTIER_FLEET__LISTING_INTERVAL_SECS", "0"),
+    ]
+    .map(|(k, v)| (k.to_string(), v.to_string()));
     let config =
         TierConfig::load(&ConfigSources::file(&file).env(env.into_iter().collect())).unwrap();
-    assert_eq!(config.fleet.unwrap().index.expose(), "rediss://h:6380");
+    let fleet = config.fleet.unwrap();
+    assert_eq!(fleet.index.expose(), "rediss://h:6380");
+    assert_eq!(fleet.listing_interval_secs, 0, "the environment wins");
 
     std::fs::write(&file, "[fleet]\nindex = \"http://:secret@h\"\n").unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();

@@ -46,7 +46,8 @@ def _free_port() -> int:
 
 
 def _wait_until(what: str, check, timeout: float = 60.0):
-    """Readiness of a server we started (not of adapter operations, which wait on eventfds)."""
+    """Readiness of a server we started, or of an adapter joining its fleet index (not of
+    adapter operations, which wait on eventfds)."""
     deadline = time.monotonic() + timeout
     last = None
     while time.monotonic() < deadline:

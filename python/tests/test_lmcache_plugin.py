@@ -20,7 +20,7 @@ import time
 
 import pytest
 import torch
-from conftest import lmcache_adapter, plugin_spec, unique
+from conftest import _wait_until, lmcache_adapter, plugin_spec, unique
 from lmcache.v1.distributed.api import ObjectKey
 from lmcache.v1.memory_management import MemoryObjMetadata, TensorMemoryObj
 
@@ -852,10 +852,7 @@ def test_two_plugins_in_a_fleet_share_one_index(make_adapter, redis_url, tmp_pat
         return all(s.get("fleet", {}).get("joined") and s["fleet"]["nodes"] == 2
                    for s in (sa, sb))
 
-    deadline = time.monotonic() + TIMEOUT
-    while not both_joined():
-        assert time.monotonic() < deadline, (a.report_status(), b.report_status())
-        time.sleep(0.05)
+    _wait_until("both adapters joined the fleet index", both_joined, TIMEOUT)
     assert a.report_status()["fleet"]["node"] == "a"
     model = unique("m/")
     keys = keys_for(model, 3)

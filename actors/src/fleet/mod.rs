@@ -291,6 +291,10 @@ fn parse_int(v: Value) -> Result<i64, FleetError> {
     }
 }
 
+fn parse_count(v: Value) -> Result<u64, FleetError> {
+    parse_int(v).map(|n| n.max(0) as u64)
+}
+
 fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
     redis::from_redis_value::<Vec<String>>(v.clone()).map_err(|_| bad_reply(what, &v))
 }
@@ -461,11 +465,7 @@ impl Handler<FleetSyncStart> for FleetIndex {
 
     fn handle(&mut self, _: FleetSyncStart, _: &mut Self::Context) -> Self::Result {
         let args = vec![self.config.node.clone()];
-        self.run(
-            |s| &s.sync_start,
-            args,
-            |v| parse_int(v).map(|n| n.max(0) as u64),
-        )
+        self.run(|s| &s.sync_start, args, parse_count)
     }
 }
 
@@ -474,11 +474,7 @@ impl Handler<FleetSyncPage> for FleetIndex {
 
     fn handle(&mut self, msg: FleetSyncPage, _: &mut Self::Context) -> Self::Result {
         let args = object_args(vec![self.config.node.clone()], msg.0);
-        self.run(
-            |s| &s.sync_page,
-            args,
-            |v| parse_int(v).map(|n| n.max(0) as u64),
-        )
+        self.run(|s| &s.sync_page, args, parse_count)
     }
 }
 
