@@ -20,10 +20,15 @@ const CAPACITY: u64 = 100 * OBJ as u64;
 /// A node: one `fs` adapter on `dir` with `CAPACITY` and LRU 0.8 / 0.2, in the fleet on `url`
 /// when given.
 async fn node(dir: &std::path::Path, url: Option<&str>, id: &str) -> Tier {
+    node_sized(dir, url, id, CAPACITY).await
+}
+
+/// [`node`] with another capacity.
+async fn node_sized(dir: &std::path::Path, url: Option<&str>, id: &str, capacity: u64) -> Tier {
     let mut config = TierConfig::default()
         .adapter(
             AdapterConfig::fs(dir)
-                .capacity_gb(CAPACITY as f64 / GIB)
+                .capacity_gb(capacity as f64 / GIB)
                 .eviction(EvictionConfig::lru()),
         )
         .eviction_interval(Duration::from_millis(50));
@@ -188,7 +193,8 @@ async fn lookups_of_keys_another_node_stored_come_from_the_index() {
         // `b` starts first, so its own ledger knows nothing of `a`'s objects.
         let b = Tier::start(&config).await.unwrap();
         let url = fleet.then(|| redis.url());
-        let a = node(dir.path(), url.as_deref(), "a").await;
+        // Room for the 80 objects under the watermark: none is evicted.
+        let a = node_sized(dir.path(), url.as_deref(), "a", 2 * CAPACITY).await;
         if fleet {
             until("both joined", || async {
                 joined(&a).await && joined(&b).await

@@ -32,10 +32,11 @@
 use actix::fut::{ready, wrap_future};
 use actix::prelude::*;
 
+use super::write_queue::{BatchId, Item};
 use super::BackendActor;
 use crate::config::{EvictionConfig, FleetConfig};
 use crate::fleet::*;
-use crate::key::{KeyMap, NameFormat, ObjectKey};
+use crate::key::{KeyMap, ObjectKey};
 use crate::messages::{DeleteCause, ListKeys};
 
 /// What the backend keeps for fleet mode.
@@ -52,8 +53,10 @@ pub(super) struct FleetLink {
     evict: Option<(f64, f64)>,
     /// Period of the usage refresh and eviction check.
     interval: std::time::Duration,
-    /// A fleet eviction round is in flight.
-    round: bool,
+    /// This node's fleet eviction rounds in flight.
+    rounds: usize,
+    /// This node took the eviction lease in a round and has not given it up.
+    leased: bool,
     /// Period of the bucket listing that corrects the index (`None`: off).
     listing: Option<std::time::Duration>,
     /// A listing is in flight; when the last one started.
@@ -83,7 +86,8 @@ impl FleetLink {
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
             interval,
-            round: false,
+            rounds: 0,
+            leased: false,
             listing: (config.listing_interval_secs > 0)
                 .then(|| std::time::Duration::from_secs(config.listing_interval_secs)),
             syncing: false,
@@ -92,32 +96,48 @@ impl FleetLink {
     }
 }
 
+/// The most eviction rounds of one node in flight at once (they overlap when stores of the
+/// whole fleet outrun one round's deletes; each claims only what the others have not).
+const MAX_ROUNDS: usize = 4;
+
 /// Objects per listed page sent to the index in one script.
 const SYNC_PAGE: usize = 1000;
 
 /// The least time between two listings started because the index was found empty.
 const EMPTY_INDEX_RESYNC: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// Removes the keys a fleet eviction round chose (sent by the backend to itself, so the
-/// deletion runs as a handler: claimed, removed, released). Replies with the keys removed.
+/// Removes the objects a fleet eviction round claimed (sent by the backend to itself, so the
+/// deletion runs as a handler): names that are keys this node may remove now are deleted and
+/// their claims released, saying which are gone; the others (busy here, locked while alone, or
+/// not keys of this adapter's naming) are released at once, kept. Replies with how many the
+/// store removed.
 #[derive(Message)]
-#[rtype(result = "Vec<(ObjectKey, u64)>")]
-pub(super) struct FleetEvict(pub(super) Vec<ObjectKey>);
+#[rtype(result = "usize")]
+pub(super) struct FleetEvict(pub(super) Vec<(String, u64)>);
 
 impl Handler<FleetEvict> for BackendActor {
-    type Result = ActorResponse<Self, Vec<(ObjectKey, u64)>>;
+    type Result = ActorResponse<Self, usize>;
 
     fn handle(&mut self, msg: FleetEvict, ctx: &mut Context<Self>) -> Self::Result {
-        let mut seen = crate::key::KeySet::default();
-        let keys: Vec<ObjectKey> = msg
-            .0
-            .into_iter()
-            .filter(|k| self.removable(k) && seen.insert(k.clone()))
-            .collect();
+        let mut sizes = KeyMap::default();
+        let mut keys = Vec::new();
+        let mut kept = Vec::new();
+        for (name, size) in msg.0 {
+            match ObjectKey::parse(&name, self.format) {
+                Ok(k) if self.removable(&k) && !sizes.contains_key(&k) => {
+                    sizes.insert(k.clone(), size);
+                    keys.push(k);
+                }
+                _ => kept.push(name),
+            }
+        }
+        if !kept.is_empty() {
+            self.fleet_release_names(Vec::new(), kept, ctx);
+        }
         let metrics = self.metrics.clone();
-        self.start_delete(keys, DeleteCause::Evicted, ctx, move |removed| {
+        self.delete_claimed(keys, sizes, DeleteCause::Evicted, ctx, move |removed| {
             metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
-            removed
+            removed.len()
         })
     }
 }
@@ -272,32 +292,102 @@ impl BackendActor {
         }
     }
 
-    /// Tells the index about objects now in the store (written here, or found by a probe).
-    pub(super) fn fleet_stored(
+    /// Tells the index about objects a probe found in the store.
+    pub(super) fn fleet_found(
         &mut self,
         keys: &[ObjectKey],
         sizes: &[u64],
         ctx: &mut Context<Self>,
     ) {
-        let Some(index) = self.fleet_index() else {
-            return;
-        };
-        let objects = keys
-            .iter()
-            .zip(sizes)
-            .map(|(k, &size)| FleetObject {
-                name: k.object_name(self.format),
-                salt: k.cache_salt().unwrap_or("").to_string(),
-                size,
-            })
-            .collect();
+        if let Some(index) = self.fleet_index() {
+            let msg = self.fleet_stored_msg((keys, sizes), None);
+            self.fleet_ask(index.send(msg), ctx);
+        }
+    }
+
+    /// What tells the index about objects now in the store: this node's writes that ended
+    /// (`written`: every key of the write and their bytes; `ok` the ones written, with their
+    /// sizes), or objects a probe found (`written` is `None`).
+    pub(super) fn fleet_stored_msg(
+        &self,
+        ok: (&[ObjectKey], &[u64]),
+        written: Option<(&[ObjectKey], u64)>,
+    ) -> FleetStored {
+        let objects =
+            ok.0.iter()
+                .zip(ok.1)
+                .map(|(k, &size)| FleetObject {
+                    name: k.object_name(self.format),
+                    salt: k.cache_salt().unwrap_or("").to_string(),
+                    size,
+                })
+                .collect();
+        match written {
+            None => FleetStored::found(objects),
+            Some((keys, bytes)) => FleetStored {
+                objects,
+                written: true,
+                ended_names: self.names(keys),
+                ended_bytes: bytes,
+            },
+        }
+    }
+
+    /// Sends a write's [`FleetStored`], then answers the stores it completed (whether or not
+    /// the index answered: alone, stores go on).
+    pub(super) fn fleet_written(
+        &mut self,
+        index: Addr<FleetIndex>,
+        msg: FleetStored,
+        complete: Vec<BatchId>,
+        ctx: &mut Context<Self>,
+    ) {
         ctx.spawn(
-            wrap_future::<_, Self>(index.send(FleetStored(objects))).map(|res, act, ctx| {
+            wrap_future::<_, Self>(index.send(msg)).map(move |res, act, ctx| {
                 if let Ok(Ok(usage)) = res {
                     act.fleet_usage(usage, ctx);
                 }
+                act.answer_stores(complete);
             }),
         );
+    }
+
+    /// Announces a write to the index (see [`FleetWriting`]), then makes it, whatever the
+    /// index answered (alone, writes go on). The announcement comes first so that a deletion
+    /// elsewhere that may remove this write's object taints its name; and the reply's usage
+    /// counts the bytes, so a round can start while they are in flight.
+    pub(super) fn fleet_write(
+        &mut self,
+        index: Addr<FleetIndex>,
+        items: Vec<Item>,
+        ctx: &mut Context<Self>,
+    ) {
+        let names = items
+            .iter()
+            .map(|(_, k, _)| k.object_name(self.format))
+            .collect();
+        let bytes = items.iter().map(|(_, _, o)| o.len() as u64).sum();
+        let announce = index.send(FleetWriting { names, bytes });
+        ctx.spawn(wrap_future::<_, Self>(announce).map(move |res, act, ctx| {
+            if let Ok(Ok(usage)) = res {
+                act.fleet_usage(usage, ctx);
+            }
+            act.write_items(items, ctx);
+        }));
+    }
+
+    /// Sends a request whose reply is the fleet's usage, and checks it when it comes.
+    fn fleet_ask(
+        &mut self,
+        request: impl std::future::Future<Output = Result<Result<FleetUsage, FleetError>, MailboxError>>
+            + 'static,
+        ctx: &mut Context<Self>,
+    ) {
+        ctx.spawn(wrap_future::<_, Self>(request).map(|res, act, ctx| {
+            if let Ok(Ok(usage)) = res {
+                act.fleet_usage(usage, ctx);
+            }
+        }));
     }
 
     /// Records the fleet's usage and checks whether the bucket needs an eviction round.
@@ -333,58 +423,83 @@ impl BackendActor {
         );
     }
 
-    /// Starts a fleet eviction round when usage reached the watermark and none is in flight:
-    /// take the lease, ask the least recent unlocked objects, remove them (claimed), read usage.
+    /// Starts a fleet eviction round when usage, as this node last read it (the objects the
+    /// index knows and the bytes being written), reached the watermark, unless
+    /// [`MAX_ROUNDS`] of this node's rounds are in flight. The round's script decides with
+    /// the index's figures at that moment, so an extra attempt costs one round trip.
     fn fleet_check(&mut self, ctx: &mut Context<Self>) {
         let capacity = self.capacity_bytes;
+        let Some(link) = self.fleet.as_ref() else {
+            return;
+        };
+        let (Some((watermark, _)), Some(usage)) = (link.evict, link.usage.as_ref()) else {
+            return;
+        };
+        let bytes = usage.bytes + usage.pending;
+        if link.rounds >= MAX_ROUNDS
+            || capacity == 0
+            || (bytes as f64) < watermark * capacity as f64
+        {
+            return;
+        }
+        self.fleet_round(ctx);
+    }
+
+    /// One fleet eviction round: one script reads the fleet's usage (less what rounds in
+    /// flight have claimed), takes or renews the lease and claims the victims
+    /// ([`FleetRound`]); this node deletes them and releases the claims. A round that claimed
+    /// something is followed at once by another attempt, which the script ends when usage is
+    /// under the watermark; the holder's rounds overlap (up to [`MAX_ROUNDS`]) when stores
+    /// outrun one round's deletes, and the lease is given up when the last one ends (so the
+    /// next round runs on whichever node finds the bucket full first).
+    fn fleet_round(&mut self, ctx: &mut Context<Self>) {
+        let (capacity, adapter) = (self.capacity_bytes, self.index);
         let Some(index) = self.fleet_index() else {
             return;
         };
         let Some(link) = self.fleet.as_mut() else {
             return;
         };
-        let (Some((watermark, ratio)), Some(usage)) = (link.evict, link.usage.as_ref()) else {
+        let Some((watermark, ratio)) = link.evict else {
             return;
         };
-        if link.round || capacity == 0 || (usage.bytes as f64) < watermark * capacity as f64 {
-            return;
-        }
-        link.round = true;
-        let limit = round_size(usage, capacity, watermark, ratio);
-        let (me, format) = (ctx.address(), self.format);
+        link.rounds += 1;
+        let me = ctx.address();
+        let msg = FleetRound {
+            capacity,
+            watermark,
+            ratio,
+        };
         let round = async move {
-            if !matches!(index.send(FleetLease(Lease::Evict)).await, Ok(Ok(true))) {
+            let started = std::time::Instant::now();
+            let Ok(Ok(Round::Claimed(victims))) = index.send(msg).await else {
                 return None;
-            }
-            let evict = async {
-                let scan = limit.saturating_mul(4).saturating_add(64);
-                let chosen = index
-                    .send(FleetCandidates { limit, scan })
-                    .await
-                    .ok()?
-                    .ok()?;
-                let keys = parse_names(chosen.into_iter().map(|(n, _)| n), format);
-                let removed = me.send(FleetEvict(keys)).await.ok()?;
-                let usage = index.send(GetFleetUsage).await.ok()?.ok()?;
-                Some((removed.len(), usage))
             };
-            let done = evict.await;
-            // The next round runs on whichever node finds the bucket full first.
-            let _ = index.send(FleetLeaseRelease(Lease::Evict)).await;
-            done
+            let claimed = victims.len();
+            let removed = me.send(FleetEvict(victims)).await.unwrap_or(0);
+            tracing::debug!(
+                adapter,
+                claimed,
+                removed,
+                ms = started.elapsed().as_millis() as u64,
+                "fleet: eviction round"
+            );
+            Some(claimed)
         };
-        ctx.spawn(wrap_future::<_, Self>(round).map(|res, act, ctx| {
-            if let Some(link) = act.fleet.as_mut() {
-                link.round = false;
-            }
-            // Another round at once only when this one removed something (else the timer).
-            if let Some((removed, usage)) = res {
-                act.metrics.fleet_usage(usage.bytes);
-                if let Some(link) = act.fleet.as_mut() {
-                    link.usage = Some(usage);
-                }
-                if removed > 0 {
-                    act.fleet_check(ctx);
+        ctx.spawn(wrap_future::<_, Self>(round).map(|claimed, act, ctx| {
+            let Some(link) = act.fleet.as_mut() else {
+                return;
+            };
+            link.rounds -= 1;
+            link.leased |= claimed.is_some();
+            if claimed.is_some_and(|n| n > 0) {
+                act.fleet_round(ctx);
+            } else if link.rounds == 0 && std::mem::take(&mut link.leased) {
+                if let Some(index) = act.fleet_index() {
+                    ctx.spawn(
+                        wrap_future::<_, Self>(index.send(FleetLeaseRelease(Lease::Evict)))
+                            .map(|_, _, _| ()),
+                    );
                 }
             }
         }));
@@ -434,13 +549,24 @@ impl BackendActor {
         kept: Vec<ObjectKey>,
         ctx: &mut Context<Self>,
     ) {
+        if self.fleet.is_none() {
+            return;
+        }
+        let (gone, kept) = (self.names(&gone), self.names(&kept));
+        self.fleet_release_names(gone, kept, ctx);
+    }
+
+    /// [`fleet_release`](Self::fleet_release) by object name.
+    fn fleet_release_names(
+        &mut self,
+        removed: Vec<String>,
+        kept: Vec<String>,
+        ctx: &mut Context<Self>,
+    ) {
         let Some(index) = self.fleet_index() else {
             return;
         };
-        let msg = FleetRelease {
-            removed: self.names(&gone),
-            kept: self.names(&kept),
-        };
+        let msg = FleetRelease { removed, kept };
         ctx.spawn(wrap_future::<_, Self>(index.send(msg)).map(|res, act, _| {
             if let (Ok(Ok(usage)), Some(link)) = (res, act.fleet.as_mut()) {
                 act.metrics.fleet_usage(usage.bytes);
@@ -465,49 +591,5 @@ impl BackendActor {
                 wrap_future::<_, Self>(index.send(GetFleetStatus)).map(|res, _, _| res.ok()),
             ),
         }
-    }
-}
-
-/// How many objects a fleet round removes: LMCache's `floor(objects × ratio)` (at least 1),
-/// plus, when the fleet is above its watermark by more than that, the objects (at the
-/// average size) that bring it back to the watermark. N nodes store N times as fast as one
-/// while one node evicts, so rounds of the ratio alone fall behind (docs/fleet.md).
-fn round_size(usage: &FleetUsage, capacity: u64, watermark: f64, ratio: f64) -> usize {
-    let by_ratio = ((usage.objects as f64 * ratio).floor() as usize).max(1);
-    let over = usage.bytes as f64 - watermark * capacity as f64;
-    if over <= 0.0 || usage.objects == 0 {
-        return by_ratio;
-    }
-    let average = usage.bytes as f64 / usage.objects as f64;
-    by_ratio + (over / average).ceil() as usize
-}
-
-/// Keys from object names; names that are not keys in `format` (objects of other writers)
-/// are skipped.
-fn parse_names(names: impl Iterator<Item = String>, format: NameFormat) -> Vec<ObjectKey> {
-    names
-        .filter_map(|n| ObjectKey::parse(&n, format).ok())
-        .collect()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn usage(bytes: u64, objects: u64) -> FleetUsage {
-        FleetUsage {
-            bytes,
-            objects,
-            ..FleetUsage::default()
-        }
-    }
-
-    #[test]
-    fn a_round_is_the_ratio_at_the_watermark_and_catches_up_above_it() {
-        // At the watermark (80 of 100 objects of 1 byte): LMCache's floor(80 × 0.2).
-        assert_eq!(round_size(&usage(80, 80), 100, 0.8, 0.2), 16);
-        // 300 objects on a 100-object bucket: back to 80, then the ratio's 60 more.
-        assert_eq!(round_size(&usage(300, 300), 100, 0.8, 0.2), 60 + 220);
-        assert_eq!(round_size(&usage(0, 0), 100, 0.8, 0.2), 1);
     }
 }

@@ -17,7 +17,7 @@ use super::write_queue::StoreBatch;
 use super::{BackendActor, DEFAULT_PAGE_SIZE};
 use crate::buffer::{lend, Homecoming, LoadBuf};
 use crate::fleet::{FleetLock, FleetLockNames};
-use crate::key::{KeySet, ObjectKey};
+use crate::key::{KeyMap, KeySet, ObjectKey};
 use crate::messages::*;
 use crate::metrics::{Op, Started};
 use crate::storage::{BackendError, ErrorKind, Fetched, IoState, Removed};
@@ -260,7 +260,7 @@ impl BackendActor {
                 act.metrics.set_locked(act.locks.len());
                 act.metrics.finish(started);
                 if !probed_in.0.is_empty() {
-                    act.fleet_stored(&probed_in.0, &probed_in.1, ctx);
+                    act.fleet_found(&probed_in.0, &probed_in.1, ctx);
                 }
                 if !found.is_empty() {
                     act.publish(UsageEventKind::Stored {
@@ -579,14 +579,13 @@ impl BackendActor {
         if keys.is_empty() {
             return ActorResponse::reply(reply(Vec::new()));
         }
+        let Some(index) = self.fleet_index() else {
+            return self.delete_claimed(keys, KeyMap::default(), cause, ctx, reply);
+        };
         for k in &keys {
             self.deleting.insert(k.clone());
         }
         self.probes.deleting(keys.iter());
-        let Some(index) = self.fleet_index() else {
-            let (io, done) = self.remove_keys(keys, cause, reply);
-            return self.respond(io, ctx, done);
-        };
         // Fleet mode: only the keys the index lets this node delete (see fleet.rs).
         ActorResponse::r#async(self.fleet_claim(index, keys, move |go, refused, act, ctx| {
             for k in &refused {
@@ -596,9 +595,29 @@ impl BackendActor {
             if go.is_empty() {
                 return Box::pin(actix::fut::ready(reply(Vec::new())));
             }
-            let (io, done) = act.remove_keys(go, cause, reply);
+            let (io, done) = act.remove_keys(go, KeyMap::default(), cause, reply);
             act.respond_later(io, ctx, done)
         }))
+    }
+
+    /// Marks `keys` as being deleted and removes them, with no claim (without a fleet, or keys
+    /// a fleet round has claimed already). `index_sizes`: sizes the fleet index gave for keys
+    /// it knew, so that an object this node did not store counts as removed with its size when
+    /// the store cannot say whether it existed.
+    pub(super) fn delete_claimed<R: 'static>(
+        &mut self,
+        keys: Vec<ObjectKey>,
+        index_sizes: KeyMap<u64>,
+        cause: DeleteCause,
+        ctx: &mut Context<Self>,
+        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
+    ) -> ActorResponse<Self, R> {
+        for k in &keys {
+            self.deleting.insert(k.clone());
+        }
+        self.probes.deleting(keys.iter());
+        let (io, done) = self.remove_keys(keys, index_sizes, cause, reply);
+        self.respond(io, ctx, done)
     }
 
     /// Removes `keys` (already marked as being deleted) from the storage; the step applies the
@@ -607,6 +626,7 @@ impl BackendActor {
     fn remove_keys<R: 'static>(
         &mut self,
         keys: Vec<ObjectKey>,
+        index_sizes: KeyMap<u64>,
         cause: DeleteCause,
         reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
     ) -> (
@@ -627,7 +647,7 @@ impl BackendActor {
                     let kept = kept.into_iter().map(|(k, _)| k.clone()).collect();
                     act.fleet_release(gone, kept, ctx);
                 }
-                let removed = act.finish_delete(keys.clone(), results, cause);
+                let removed = act.finish_delete(keys.clone(), results, &index_sizes, cause);
                 started.outcome(removed.len(), 0);
                 act.metrics.deleted(removed.len());
                 act.metrics.finish(started);
@@ -641,6 +661,7 @@ impl BackendActor {
         &mut self,
         keys: Vec<ObjectKey>,
         results: Vec<Result<Removed, BackendError>>,
+        index_sizes: &KeyMap<u64>,
         cause: DeleteCause,
     ) -> Vec<(ObjectKey, u64)> {
         let mut removed = Vec::new();
@@ -648,7 +669,8 @@ impl BackendActor {
         let mut gone_sizes = Vec::new();
         for (key, res) in keys.into_iter().zip(results) {
             self.deleting.remove(&key);
-            let known = self.ledger.contains(&key);
+            let indexed = index_sizes.get(&key).copied();
+            let known = self.ledger.contains(&key) || indexed.is_some();
             let ours = match res {
                 Ok(Removed::Yes) => true,
                 Ok(Removed::Unknown) => known,
@@ -665,7 +687,7 @@ impl BackendActor {
                 gone_sizes.push(size);
             }
             if ours {
-                removed.push((key, size.unwrap_or(0)));
+                removed.push((key, size.or(indexed).unwrap_or(0)));
             }
         }
         if !gone.is_empty() {

@@ -153,15 +153,20 @@ impl BackendActor {
     }
 
     /// Writes `items` (each belonging to the store `BatchId`; their keys are already marked as
-    /// being stored) and applies the results when they arrive.
-    pub(super) fn put_items(
-        &mut self,
-        items: Vec<(BatchId, ObjectKey, Bytes)>,
-        ctx: &mut Context<Self>,
-    ) {
+    /// being stored) and applies the results when they arrive. With a fleet, the write is
+    /// announced to the index first (see `fleet_write`).
+    pub(super) fn put_items(&mut self, items: Vec<Item>, ctx: &mut Context<Self>) {
         if items.is_empty() {
             return;
         }
+        match self.fleet_index() {
+            Some(index) => self.fleet_write(index, items, ctx),
+            None => self.write_items(items, ctx),
+        }
+    }
+
+    /// Writes `items` now (see [`put_items`](Self::put_items)).
+    pub(super) fn write_items(&mut self, items: Vec<Item>, ctx: &mut Context<Self>) {
         let mut owners = Vec::with_capacity(items.len());
         let mut keys = Vec::with_capacity(items.len());
         let mut sizes = Vec::with_capacity(items.len());
@@ -195,6 +200,7 @@ impl BackendActor {
         results: Vec<Result<(), BackendError>>,
         ctx: &mut Context<Self>,
     ) {
+        let ended: u64 = sizes.iter().sum();
         for key in &keys {
             self.writes.ended(key);
         }
@@ -242,14 +248,27 @@ impl BackendActor {
                 complete.push(id);
             }
         }
-        // Events before replies: a host sees a store's events before its result.
+        // Events before replies: a host sees a store's events before its result. With a fleet,
+        // replies wait until the index knows the objects, so that any node finds them then.
+        let stored = self
+            .fleet
+            .is_some()
+            .then(|| self.fleet_stored_msg((&ok_keys, &ok_sizes), Some((&keys, ended))));
         if !ok_keys.is_empty() {
-            self.fleet_stored(&ok_keys, &ok_sizes, ctx);
             self.publish(UsageEventKind::Stored {
                 keys: ok_keys,
                 sizes: ok_sizes,
             });
         }
+        match stored.zip(self.fleet_index()) {
+            Some((msg, index)) => self.fleet_written(index, msg, complete, ctx),
+            None => self.answer_stores(complete),
+        }
+        self.start_waiting(keys, ctx);
+    }
+
+    /// Answers the stores `complete` (every item written or failed).
+    pub(super) fn answer_stores(&mut self, complete: Vec<BatchId>) {
         for id in complete {
             if let Some(batch) = self.writes.take_batch(id) {
                 let report = self.end_store(batch.started, batch.outcome);
@@ -258,7 +277,6 @@ impl BackendActor {
                 }
             }
         }
-        self.start_waiting(keys, ctx);
     }
 
     /// Records a finished store and builds its report.

@@ -24,6 +24,8 @@ pub(crate) struct FleetUsage {
     pub(crate) objects: u64,
     /// Bytes per cache salt (`""`: unsalted).
     pub(crate) by_salt: BTreeMap<String, u64>,
+    /// Bytes live nodes are writing (announced with [`FleetPending`], not yet stored).
+    pub(crate) pending: u64,
 }
 
 /// Why the fleet index did not answer.
@@ -49,10 +51,41 @@ pub(crate) enum FleetLock {
     Deleting,
 }
 
-/// Records objects this node stored (sizes, salts, recency). Replies with the fleet's usage.
+/// Records objects now in the store (sizes, salts, recency): this node's writes (`written`)
+/// or objects a probe found. `ended_names` and `ended_bytes` end this node's writes announced
+/// with [`FleetWriting`] (written or failed). A written object that a deletion removed while
+/// it was being written is not added (see [`FleetRelease`]). Replies with the fleet's usage.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<FleetUsage, FleetError>")]
-pub(crate) struct FleetStored(pub(crate) Vec<FleetObject>);
+pub(crate) struct FleetStored {
+    pub(crate) objects: Vec<FleetObject>,
+    pub(crate) written: bool,
+    pub(crate) ended_names: Vec<String>,
+    pub(crate) ended_bytes: u64,
+}
+
+impl FleetStored {
+    /// Objects a probe found in the store (no write of this node's ends).
+    pub(crate) fn found(objects: Vec<FleetObject>) -> Self {
+        Self {
+            objects,
+            written: false,
+            ended_names: Vec::new(),
+            ended_bytes: 0,
+        }
+    }
+}
+
+/// This node starts writing these objects, `bytes` in all: eviction rounds count the bytes
+/// with the fleet's usage until [`FleetStored`] ends them (or the node is reaped), so a round
+/// can start before they land; a deletion that removes one of the names meanwhile taints it.
+/// Replies with the fleet's usage.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<FleetUsage, FleetError>")]
+pub(crate) struct FleetWriting {
+    pub(crate) names: Vec<String>,
+    pub(crate) bytes: u64,
+}
 
 /// Locks names for this node; one outcome per name, in order.
 #[derive(Debug, Clone, Message)]
@@ -89,12 +122,41 @@ pub(crate) struct FleetLease(pub(crate) Lease);
 pub(crate) struct FleetLeaseRelease(pub(crate) Lease);
 
 /// Up to `limit` eviction candidates by fleet recency, oldest first, none locked or being
-/// deleted by any node, among the `scan` oldest names; with their sizes.
+/// deleted by any node, among the `scan` oldest names; with their sizes (what a round would
+/// take; tests only).
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Result<Vec<(String, u64)>, FleetError>")]
 pub(crate) struct FleetCandidates {
     pub(crate) limit: usize,
     pub(crate) scan: usize,
+}
+
+/// Starts an eviction round of the bucket, in one script: when the fleet's usage is at
+/// `watermark × capacity` and no other node holds the eviction lease, takes the lease and
+/// claims the round's victims by fleet recency (LMCache's `floor(objects × ratio)`, at least 1,
+/// plus what brings usage back to the watermark when it is further above). The usage is read
+/// in the same script as the claims, so a round's size follows every node's stores up to that
+/// moment. The holder gives the lease up with [`FleetLeaseRelease`] when the round's claims
+/// are released.
+#[derive(Debug, Clone, Copy, Message)]
+#[rtype(result = "Result<Round, FleetError>")]
+pub(crate) struct FleetRound {
+    pub(crate) capacity: u64,
+    pub(crate) watermark: f64,
+    pub(crate) ratio: f64,
+}
+
+/// What [`FleetRound`] found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Round {
+    /// Usage is under the watermark: no round (the lease was not taken).
+    Under,
+    /// Another node holds the eviction lease.
+    Busy,
+    /// This node holds the lease and has claimed these objects (name, size), least recent
+    /// first; none when every candidate is locked or being deleted.
+    Claimed(Vec<(String, u64)>),
 }
 
 /// Claims the deletion of names: replies with those no node locks and none is deleting. No
@@ -103,8 +165,9 @@ pub(crate) struct FleetCandidates {
 #[rtype(result = "Result<Vec<String>, FleetError>")]
 pub(crate) struct FleetClaim(pub(crate) Vec<String>);
 
-/// Ends claims: `removed` were deleted from the store (forgotten, unless stored again since the
-/// claim), `kept` were not. Replies with the fleet's usage.
+/// Ends claims: `removed` were deleted from the store (forgotten; a name a node is writing
+/// meanwhile is tainted, so that write's [`FleetStored`] does not add it and a lookup probes the
+/// store), `kept` were not. Replies with the fleet's usage.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<FleetUsage, FleetError>")]
 pub(crate) struct FleetRelease {

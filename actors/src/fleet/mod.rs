@@ -17,15 +17,19 @@
 //! - **Liveness**: a node is live until `ttl` after its last heartbeat (server time). Any
 //!   script that reaps (join, heartbeat) drops the locks, claims and lease of every lapsed node,
 //!   so a node that dies releases everything within `ttl` + one heartbeat period of another
-//!   node. A node that finds itself reaped (its heartbeat came too late) joins again, which
-//!   drops whatever its earlier self held; a process that restarts with the same node id does
-//!   the same at its first join. No lock outlives its node.
+//!   node. A process's first join drops whatever an earlier process with its node id held (a
+//!   restart). A node that lost its connection and gets it back within `ttl` joins again and
+//!   keeps its locks; one that was reaped meanwhile (its heartbeats came too late) has lost
+//!   them. No lock outlives its node's liveness.
 //! - **Leases**: at most one node holds `lease` (an eviction round) and one `listing`; each
 //!   lapses after its TTL if its holder does not give it up (the round's holder does, at the
 //!   round's end; the listing's is held for its period).
-//! - **Stores racing deletions**: a claim records the object's store generation; a release
-//!   forgets the object only if no store came in between, so an object stored again while its
-//!   old copy was being deleted stays known.
+//! - **Stores racing deletions**: a node announces its writes before it makes them
+//!   ([`FleetWriting`]). A release forgets each object its node deleted, and taints a name
+//!   that some node is writing meanwhile (that write may have landed before the delete); the
+//!   writer's [`FleetStored`] does not add a tainted name. So the index never says an object
+//!   is in the store because of a write that a deletion may have removed: a lookup probes the
+//!   store for it instead.
 //! - **Recency** is one logical clock for the fleet (a counter on the server): stores and lookup
 //!   hits of every node tick it, and eviction candidates come least recent first.
 //!
@@ -233,7 +237,8 @@ impl FleetIndex {
         }));
     }
 
-    /// Joins (or joins again): drops what an earlier process with this node id held.
+    /// Joins, or joins again after a lost connection: the first join of this process drops
+    /// what an earlier process with this node id held; a later one keeps this process's locks.
     fn join(&mut self, mut conn: MultiplexedConnection, ctx: &mut Context<Self>) {
         self.connecting = true;
         let (scripts, key, prefix) = (
@@ -242,6 +247,7 @@ impl FleetIndex {
             self.prefix.clone(),
         );
         let (node, ttl) = (self.config.node.clone(), self.ttl_ms());
+        let fresh = u8::from(self.status.joins == 0);
         let call = async move {
             scripts
                 .join
@@ -249,6 +255,7 @@ impl FleetIndex {
                 .arg(&*prefix)
                 .arg(node)
                 .arg(ttl)
+                .arg(fresh)
                 .invoke_async::<i64>(&mut conn)
                 .await
         };
@@ -308,6 +315,25 @@ fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>) -> Vec<String> 
     args
 }
 
+fn parse_round(v: Value) -> Result<Round, FleetError> {
+    let Value::Array(items) = &v else {
+        return Err(bad_reply("round", &v));
+    };
+    match items.first() {
+        Some(Value::Int(0)) => Ok(Round::Under),
+        Some(Value::Int(-1)) => Ok(Round::Busy),
+        Some(Value::Int(1)) => {
+            let flat = parse_strings("round", Value::Array(items[1..].to_vec()))?;
+            Ok(Round::Claimed(
+                flat.chunks_exact(2)
+                    .map(|p| (p[0].clone(), p[1].parse().unwrap_or(0)))
+                    .collect(),
+            ))
+        }
+        _ => Err(bad_reply("round", &v)),
+    }
+}
+
 fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
     let flat = parse_strings("usage", v)?;
     let mut u = FleetUsage::default();
@@ -316,6 +342,7 @@ fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
         match pair[0].as_str() {
             "bytes" => u.bytes = n,
             "objects" => u.objects = n,
+            f if f.starts_with("pending:") => u.pending += n,
             f => {
                 if let Some(salt) = f.strip_prefix("salt:") {
                     if n > 0 {
@@ -332,7 +359,24 @@ impl Handler<FleetStored> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
 
     fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
-        self.run(|s| &s.stored, object_args(Vec::new(), msg.0), parse_usage)
+        let mut args = vec![
+            self.config.node.clone(),
+            u8::from(msg.written).to_string(),
+            msg.ended_bytes.to_string(),
+            msg.ended_names.len().to_string(),
+        ];
+        args.extend(msg.ended_names);
+        self.run(|s| &s.stored, object_args(args, msg.objects), parse_usage)
+    }
+}
+
+impl Handler<FleetWriting> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetWriting, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![self.config.node.clone(), msg.bytes.to_string()];
+        args.extend(msg.names);
+        self.run(|s| &s.writing, args, parse_usage)
     }
 }
 
@@ -412,6 +456,7 @@ impl Handler<FleetLeaseRelease> for FleetIndex {
     }
 }
 
+#[cfg(test)]
 impl Handler<FleetCandidates> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<Vec<(String, u64)>, FleetError>>;
 
@@ -428,6 +473,21 @@ impl Handler<FleetCandidates> for FleetIndex {
                     .collect())
             },
         )
+    }
+}
+
+impl Handler<FleetRound> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<Round, FleetError>>;
+
+    fn handle(&mut self, msg: FleetRound, _: &mut Self::Context) -> Self::Result {
+        let args = vec![
+            self.config.node.clone(),
+            self.config.ttl.as_millis().to_string(),
+            msg.capacity.to_string(),
+            msg.watermark.to_string(),
+            msg.ratio.to_string(),
+        ];
+        self.run(|s| &s.round, args, parse_round)
     }
 }
 

@@ -12,15 +12,20 @@
 //! The keys, under the prefix (see the module docs of [`super`] for the invariants):
 //! - `size` (hash): object name → size in bytes; the objects the fleet knows.
 //! - `salt` (hash): object name → cache salt, for salted objects only.
-//! - `gen` (hash): object name → a counter bumped by each store, so a deletion claimed before a
-//!   store does not forget the new object.
-//! - `usage` (hash): `bytes`, `objects`, and `salt:SALT` → bytes per cache salt (`salt:` for
-//!   unsalted objects).
+//! - `usage` (hash): `bytes`, `objects`, `salt:SALT` → bytes per cache salt (`salt:` for
+//!   unsalted objects), and `pending:NODE` → bytes that node is writing (dropped with the
+//!   node when it is reaped).
 //! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
 //! - `recency` (sorted set): object name → the tick of its last store or lookup hit.
 //! - `locks` (hash): object name → lock count over every live node.
 //! - `held:NODE` (hash): object name → that node's lock count.
-//! - `deleting` (hash): object name → its `gen` when a node claimed its deletion.
+//! - `deleting` (hash): object name → the node that claimed its deletion.
+//! - `writing` (hash): object name → writes of it in flight over every live node (announced
+//!   before the write, ended by the node's next `STORED`); `writes:NODE` (hash) is that node's
+//!   share, dropped with the node.
+//! - `tainted` (hash): names a deletion removed while a node was writing them: the write may
+//!   have landed before the delete, so the writer's `STORED` does not add the object (a lookup
+//!   probes the store instead); cleared when the name's last write ends.
 //! - `claims:NODE` (set): the names a node has claimed and not released.
 //! - `nodes` (sorted set): node id → the server time its liveness lapses.
 //! - `seen:NODE` (set): the names a listing of the bucket by that node has seen so far.
@@ -32,8 +37,9 @@
 use redis::Script;
 
 /// Helpers every script starts with: `p` (the prefix), `now_ms()`, `forget(name)` (remove an
-/// object from the index and its usage) and `reap(now)` (release everything of nodes whose
-/// liveness lapsed).
+/// object from the index and its usage), `claim(node, name)`, `free(name)` (neither locked nor
+/// being deleted), the pending bytes of writes (`pending_add`, `pending_total`),
+/// `write_ended(name)`, and `reap(now)` (release everything of nodes whose liveness lapsed).
 const PRELUDE: &str = r#"
 local p = ARGV[1]
 local function now_ms()
@@ -58,8 +64,32 @@ local function forget(name)
     redis.call('HDEL', p..'salt', name)
     add_usage(salt, -tonumber(size), -1)
   end
-  redis.call('HDEL', p..'gen', name)
   redis.call('ZREM', p..'recency', name)
+end
+local function claim(node, name)
+  redis.call('HSET', p..'deleting', name, node)
+  redis.call('SADD', p..'claims:'..node, name)
+end
+local function free(name)
+  return redis.call('HEXISTS', p..'locks', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0
+end
+local function pending_add(node, delta)
+  if delta ~= 0 and redis.call('HINCRBY', p..'usage', 'pending:'..node, delta) <= 0 then
+    redis.call('HDEL', p..'usage', 'pending:'..node)
+  end
+end
+local function pending_total()
+  local total, u = 0, redis.call('HGETALL', p..'usage')
+  for i = 1, #u, 2 do
+    if string.sub(u[i], 1, 8) == 'pending:' then total = total + math.max(0, tonumber(u[i + 1])) end
+  end
+  return total
+end
+local function write_ended(name)
+  if redis.call('HINCRBY', p..'writing', name, -1) <= 0 then
+    redis.call('HDEL', p..'writing', name)
+    redis.call('HDEL', p..'tainted', name)
+  end
 end
 local function drop_node(node)
   local held = redis.call('HGETALL', p..'held:'..node)
@@ -73,6 +103,12 @@ local function drop_node(node)
     redis.call('HDEL', p..'deleting', name)
   end
   redis.call('DEL', p..'claims:'..node)
+  redis.call('HDEL', p..'usage', 'pending:'..node)
+  local writes = redis.call('HGETALL', p..'writes:'..node)
+  for i = 1, #writes, 2 do
+    for _ = 1, tonumber(writes[i + 1]) do write_ended(writes[i]) end
+  end
+  redis.call('DEL', p..'writes:'..node)
   for _, lease in ipairs({'lease', 'listing'}) do
     if redis.call('GET', p..lease) == node then
       redis.call('DEL', p..lease)
@@ -91,10 +127,12 @@ end
 
 /// The script sources after the prelude.
 const JOIN: &str = r#"
--- ARGV: p, node, ttl_ms. A node (re)joining drops what an earlier process with its id held.
+-- ARGV: p, node, ttl_ms, fresh. A process's first join (`fresh` = 1) drops what an earlier
+-- process with its id held; a join again after a lost connection keeps what this process
+-- holds (its locks are still its own; if it was reaped meanwhile, they are gone already).
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
-drop_node(node)
+if ARGV[4] == '1' then drop_node(node) end
 redis.call('ZADD', p..'nodes', now + ttl, node)
 reap(now)
 return redis.call('ZCARD', p..'nodes')
@@ -114,17 +152,43 @@ return redis.call('ZCARD', p..'nodes')
 "#;
 
 const STORED: &str = r#"
--- ARGV: p, then (name, salt, size) per object. Returns the usage hash.
-for i = 2, #ARGV, 3 do
+-- ARGV: p, node, written, ended_bytes, n_ended, n_ended names, then (name, salt, size) per
+-- object. The objects are now in the store: this node's writes (`written` = 1) or objects a
+-- probe found (0). The ended names and bytes end this node's writes announced by WRITING
+-- (written or failed). A written object whose name a deletion tainted meanwhile is not added.
+-- Returns the usage hash.
+local node, written, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5])
+pending_add(node, -tonumber(ARGV[4]))
+for i = 7 + n - 1, #ARGV, 3 do
   local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
-  local old = tonumber(redis.call('HGET', p..'size', name) or '0')
-  local old_salt = redis.call('HGET', p..'salt', name) or ''
-  if old > 0 then add_usage(old_salt, -old, -1) end
-  redis.call('HSET', p..'size', name, size)
-  if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
-  add_usage(salt, size, 1)
-  redis.call('HINCRBY', p..'gen', name, 1)
-  redis.call('ZADD', p..'recency', tick(), name)
+  if not (written and redis.call('HEXISTS', p..'tainted', name) == 1) then
+    local old = tonumber(redis.call('HGET', p..'size', name) or '0')
+    local old_salt = redis.call('HGET', p..'salt', name) or ''
+    if old > 0 then add_usage(old_salt, -old, -1) end
+    redis.call('HSET', p..'size', name, size)
+    if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
+    add_usage(salt, size, 1)
+    redis.call('ZADD', p..'recency', tick(), name)
+  end
+end
+for i = 6, 6 + n - 1 do
+  local name = ARGV[i]
+  local mine = redis.call('HINCRBY', p..'writes:'..node, name, -1)
+  if mine <= 0 then redis.call('HDEL', p..'writes:'..node, name) end
+  if mine >= 0 then write_ended(name) end
+end
+return redis.call('HGETALL', p..'usage')
+"#;
+
+const WRITING: &str = r#"
+-- ARGV: p, node, bytes, names: this node starts writing these objects, `bytes` in all (counted
+-- by eviction rounds until STORED ends them, or until the node is reaped). Returns the usage
+-- hash.
+local node = ARGV[2]
+pending_add(node, tonumber(ARGV[3]))
+for i = 4, #ARGV do
+  redis.call('HINCRBY', p..'writing', ARGV[i], 1)
+  redis.call('HINCRBY', p..'writes:'..node, ARGV[i], 1)
 end
 return redis.call('HGETALL', p..'usage')
 "#;
@@ -200,6 +264,7 @@ end
 return 0
 "#;
 
+#[cfg(test)]
 const CANDIDATES: &str = r#"
 -- ARGV: p, limit, scan. The first `limit` names by fleet recency, oldest first, among the
 -- `scan` oldest, that no node locks and none is deleting; as name, size pairs.
@@ -207,7 +272,50 @@ local limit, scan = tonumber(ARGV[2]), tonumber(ARGV[3])
 local out = {}
 for _, name in ipairs(redis.call('ZRANGE', p..'recency', 0, scan - 1)) do
   if #out >= 2 * limit then break end
-  if redis.call('HEXISTS', p..'locks', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
+  if free(name) then
+    out[#out + 1] = name
+    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+  end
+end
+return out
+"#;
+
+const ROUND: &str = r#"
+-- ARGV: p, node, ttl_ms, capacity, watermark, ratio. Starts an eviction round, atomically.
+-- Usage here is the objects the index knows, plus the bytes live nodes are writing, minus the
+-- objects already claimed for deletion (rounds in flight). Under `watermark x capacity`:
+-- returns {0}. When another node holds the eviction lease: {-1}. Else takes (or renews) the
+-- lease for ttl_ms and claims the round's victims, the least recent names no node locks,
+-- writes or deletes (among the 4 x limit + 64 least recent): LMCache's
+-- `floor(objects x ratio)` when the known objects alone reach the watermark, plus, above it,
+-- the objects at the average size that bring usage back to it; at least 1. Returns
+-- {1, name, size, ...}.
+local node, ttl = ARGV[2], tonumber(ARGV[3])
+local capacity, watermark, ratio = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local known = tonumber(redis.call('HGET', p..'usage', 'bytes') or '0')
+local objects = tonumber(redis.call('HGET', p..'usage', 'objects') or '0')
+local claimed = 0
+local deleting = redis.call('HKEYS', p..'deleting')
+for _, name in ipairs(deleting) do
+  claimed = claimed + tonumber(redis.call('HGET', p..'size', name) or '0')
+end
+local bytes = known + pending_total() - claimed
+local mark = watermark * capacity
+if capacity <= 0 or bytes < mark then return {0} end
+local holder = redis.call('GET', p..'lease')
+if holder and holder ~= node then return {-1} end
+redis.call('SET', p..'lease', node, 'PX', ttl)
+local limit = 0
+if known - claimed >= mark then limit = math.floor((objects - #deleting) * ratio) end
+if known > 0 then
+  limit = limit + math.ceil((bytes - mark) * objects / known)
+end
+limit = math.max(1, limit)
+local out = {1}
+for _, name in ipairs(redis.call('ZRANGE', p..'recency', 0, 4 * limit + 63 + #deleting)) do
+  if #out > 2 * limit then break end
+  if free(name) then
+    claim(node, name)
     out[#out + 1] = name
     out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
   end
@@ -222,9 +330,8 @@ local node = ARGV[2]
 local out = {}
 for i = 3, #ARGV do
   local name = ARGV[i]
-  if redis.call('HEXISTS', p..'locks', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
-    redis.call('HSET', p..'deleting', name, redis.call('HGET', p..'gen', name) or '0')
-    redis.call('SADD', p..'claims:'..node, name)
+  if free(name) then
+    claim(node, name)
     out[#out + 1] = name
   end
 end
@@ -233,16 +340,19 @@ return out
 
 const RELEASE: &str = r#"
 -- ARGV: p, node, n_removed, then n_removed names the node deleted from the store, then names
--- it kept. A removed name is forgotten unless it was stored again since the claim. Returns the
--- usage hash.
+-- it kept. A removed name is forgotten; if a node is writing it, it is tainted (that write may
+-- have landed before the delete: its STORED will not add it, and a lookup probes the store).
+-- Returns the usage hash.
 local node, n = ARGV[2], tonumber(ARGV[3])
 for i = 4, #ARGV do
   local name = ARGV[i]
   if redis.call('SREM', p..'claims:'..node, name) == 1 then
-    local claimed = redis.call('HGET', p..'deleting', name)
     redis.call('HDEL', p..'deleting', name)
-    if i < 4 + n and claimed == (redis.call('HGET', p..'gen', name) or '0') then
+    if i < 4 + n then
       forget(name)
+      if redis.call('HEXISTS', p..'writing', name) == 1 then
+        redis.call('HSET', p..'tainted', name, 1)
+      end
     end
   end
 end
@@ -310,12 +420,15 @@ pub(super) struct Scripts {
     pub(super) join: Script,
     pub(super) beat: Script,
     pub(super) stored: Script,
+    pub(super) writing: Script,
     pub(super) lock: Script,
     pub(super) unlock: Script,
     pub(super) touch: Script,
     pub(super) lease: Script,
     pub(super) lease_release: Script,
+    #[cfg(test)]
     pub(super) candidates: Script,
+    pub(super) round: Script,
     pub(super) claim: Script,
     pub(super) release: Script,
     pub(super) vanished: Script,
@@ -332,12 +445,15 @@ impl Scripts {
             join: s(JOIN),
             beat: s(BEAT),
             stored: s(STORED),
+            writing: s(WRITING),
             lock: s(LOCK),
             unlock: s(UNLOCK),
             touch: s(TOUCH),
             lease: s(LEASE),
             lease_release: s(LEASE_RELEASE),
+            #[cfg(test)]
             candidates: s(CANDIDATES),
+            round: s(ROUND),
             claim: s(CLAIM),
             release: s(RELEASE),
             vanished: s(VANISHED),

@@ -150,12 +150,18 @@ async fn usage(node: &Addr<FleetIndex>) -> FleetUsage {
 async fn usage_is_one_total_for_every_node() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored(vec![obj("x", "", 100), obj("y", "s", 200)]))
-        .await
-        .unwrap()
-        .unwrap();
+    a.send(FleetStored::found(vec![
+        obj("x", "", 100),
+        obj("y", "s", 200),
+    ]))
+    .await
+    .unwrap()
+    .unwrap();
     let u = b
-        .send(FleetStored(vec![obj("y", "s", 200), obj("z", "", 50)]))
+        .send(FleetStored::found(vec![
+            obj("y", "s", 200),
+            obj("z", "", 50),
+        ]))
         .await
         .unwrap()
         .unwrap();
@@ -164,7 +170,7 @@ async fn usage_is_one_total_for_every_node() {
     assert_eq!(u.by_salt.get("s"), Some(&200));
     // A store with another size moves usage by the difference.
     let u = a
-        .send(FleetStored(vec![obj("x", "", 120)]))
+        .send(FleetStored::found(vec![obj("x", "", 120)]))
         .await
         .unwrap()
         .unwrap();
@@ -181,7 +187,7 @@ async fn usage_is_one_total_for_every_node() {
 async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored(vec![obj("x", "", 100)]))
+    a.send(FleetStored::found(vec![obj("x", "", 100)]))
         .await
         .unwrap()
         .unwrap();
@@ -276,7 +282,7 @@ async fn lookups_of_keys_another_node_stored_come_from_the_index() {
     let objects: Vec<_> = (0..80)
         .map(|i| obj(&format!("k{i}"), "", 1000 + i))
         .collect();
-    a.send(FleetStored(objects)).await.unwrap().unwrap();
+    a.send(FleetStored::found(objects)).await.unwrap().unwrap();
     let mut asked: Vec<String> = (0..80).map(|i| format!("k{i}")).collect();
     asked.push("never-stored".into());
     let found = b.send(FleetLockNames(asked)).await.unwrap().unwrap();
@@ -290,7 +296,7 @@ async fn eviction_candidates_follow_fleet_recency() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
     for n in ["c", "b", "a"] {
-        a.send(FleetStored(vec![obj(n, "", 10)]))
+        a.send(FleetStored::found(vec![obj(n, "", 10)]))
             .await
             .unwrap()
             .unwrap();
@@ -331,7 +337,7 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
         node_with(&redis.url(), "a", ttl).await,
         node_with(&redis.url(), "b", ttl).await,
     );
-    a.send(FleetStored(vec![obj("x", "", 100)]))
+    a.send(FleetStored::found(vec![obj("x", "", 100)]))
         .await
         .unwrap()
         .unwrap();
@@ -376,7 +382,7 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
 async fn a_node_that_restarts_with_its_id_drops_its_earlier_locks() {
     let redis = RedisServer::start();
     let a = node(&redis.url(), "a").await;
-    a.send(FleetStored(vec![obj("x", "", 100)]))
+    a.send(FleetStored::found(vec![obj("x", "", 100)]))
         .await
         .unwrap()
         .unwrap();
@@ -393,11 +399,27 @@ async fn a_node_that_restarts_with_its_id_drops_its_earlier_locks() {
     );
 }
 
+fn writing(names: &[&str], bytes: u64) -> FleetWriting {
+    FleetWriting {
+        names: self::names(names),
+        bytes,
+    }
+}
+
+fn written(objects: Vec<FleetObject>, ended: &[&str], bytes: u64) -> FleetStored {
+    FleetStored {
+        objects,
+        written: true,
+        ended_names: names(ended),
+        ended_bytes: bytes,
+    }
+}
+
 #[actix_rt::test]
-async fn a_store_during_a_deletion_keeps_the_new_object() {
+async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored(vec![obj("x", "", 100)]))
+    a.send(FleetStored::found(vec![obj("x", "", 100)]))
         .await
         .unwrap()
         .unwrap();
@@ -405,10 +427,9 @@ async fn a_store_during_a_deletion_keeps_the_new_object() {
         a.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
         names(&["x"])
     );
-    b.send(FleetStored(vec![obj("x", "", 300)]))
-        .await
-        .unwrap()
-        .unwrap();
+    // b writes x again while a deletes it: b's PUT may land before a's DELETE.
+    let u = b.send(writing(&["x"], 300)).await.unwrap().unwrap();
+    assert_eq!((u.bytes, u.pending), (100, 300), "the write is pending");
     let u = a
         .send(FleetRelease {
             removed: names(&["x"]),
@@ -417,16 +438,207 @@ async fn a_store_during_a_deletion_keeps_the_new_object() {
         .await
         .unwrap()
         .unwrap();
-    assert_eq!((u.bytes, u.objects), (300, 1), "b's object stays known");
+    assert_eq!((u.bytes, u.objects), (0, 0));
+    let u = b
+        .send(written(vec![obj("x", "", 300)], &["x"], 300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (u.bytes, u.objects, u.pending),
+        (0, 0, 0),
+        "not added: the store may not hold it"
+    );
     let l = b
         .send(FleetLockNames(names(&["x"])))
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(l, vec![FleetLock::Known(300)]);
+    assert_eq!(l, vec![FleetLock::Unknown], "a lookup probes the store");
+    b.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
+    // The taint ends with the write: the next write of x is added, and a probe's find always is.
+    b.send(writing(&["x"], 300)).await.unwrap().unwrap();
+    let u = b
+        .send(written(vec![obj("x", "", 300)], &["x"], 300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects, u.pending), (300, 1, 0));
     // A vanished object is forgotten.
     let u = b.send(FleetVanished(names(&["x"]))).await.unwrap().unwrap();
     assert_eq!((u.bytes, u.objects), (0, 0));
+}
+
+#[actix_rt::test]
+async fn a_dead_writers_pending_bytes_and_writes_lapse() {
+    let redis = RedisServer::start();
+    let ttl = Duration::from_millis(300);
+    let (a, b) = (
+        node_with(&redis.url(), "a", ttl).await,
+        node_with(&redis.url(), "b", ttl).await,
+    );
+    a.send(writing(&["x"], 500)).await.unwrap().unwrap();
+    a.send(Die).await.unwrap();
+    until("a's pending bytes lapse", || async {
+        usage(&b).await.pending == 0
+    })
+    .await;
+    // x is no longer being written: a deletion of it taints nothing, and b's write of it counts.
+    b.send(FleetStored::found(vec![obj("x", "", 10)]))
+        .await
+        .unwrap()
+        .unwrap();
+    b.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap();
+    b.send(FleetRelease {
+        removed: names(&["x"]),
+        kept: vec![],
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    b.send(writing(&["x"], 10)).await.unwrap().unwrap();
+    let u = b
+        .send(written(vec![obj("x", "", 10)], &["x"], 10))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.objects, u.pending), (10, 1, 0));
+}
+
+fn round(capacity: u64) -> FleetRound {
+    FleetRound {
+        capacity,
+        watermark: 0.8,
+        ratio: 0.2,
+    }
+}
+
+fn claimed(r: Round) -> Vec<String> {
+    match r {
+        Round::Claimed(v) => v.into_iter().map(|(n, _)| n).collect(),
+        other => panic!("expected a round, got {other:?}"),
+    }
+}
+
+#[actix_rt::test]
+async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_objects() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    for i in 0..7 {
+        a.send(FleetStored::found(vec![obj(&format!("k{i}"), "", 10)]))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // 70 bytes on a 100-byte bucket: under 0.8 x 100.
+    assert_eq!(a.send(round(100)).await.unwrap().unwrap(), Round::Under);
+    // 10 bytes being written on b make it 80: a round of the excess over the watermark only
+    // (the known objects alone are under it): at least 1.
+    b.send(writing(&["w"], 10)).await.unwrap().unwrap();
+    b.send(FleetLockNames(names(&["k0"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        claimed(a.send(round(100)).await.unwrap().unwrap()),
+        names(&["k1"]),
+        "the least recent unlocked object"
+    );
+    assert_eq!(
+        b.send(round(100)).await.unwrap().unwrap(),
+        Round::Under,
+        "what is claimed no longer counts"
+    );
+    // Stored: 80 known bytes (k1 still claimed) -> 70 less claims: under. Release k1 -> 70.
+    b.send(written(vec![obj("w", "", 10)], &["w"], 10))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(FleetRelease {
+        removed: names(&["k1"]),
+        kept: vec![],
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    a.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    // 3 more objects: 100 known bytes, 10 objects. A round: floor(10 x 0.2) = 2, plus the
+    // 20 bytes over the watermark at 10 bytes each: 4, least recent first, k0 still locked.
+    for i in 7..10 {
+        a.send(FleetStored::found(vec![obj(&format!("k{i}"), "", 10)]))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    let u = usage(&a).await;
+    assert_eq!((u.bytes, u.objects), (100, 10));
+    assert_eq!(
+        claimed(b.send(round(100)).await.unwrap().unwrap()),
+        names(&["k2", "k3", "k4", "k5"])
+    );
+    // b holds the lease until it gives it up: a finds the bucket full but another node busy.
+    a.send(FleetStored::found(vec![obj("k10", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(a.send(round(100)).await.unwrap().unwrap(), Round::Busy);
+    b.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(matches!(
+        a.send(round(100)).await.unwrap().unwrap(),
+        Round::Claimed(_)
+    ));
+}
+
+/// Cuts every client connection of the server (as a network blip would), from a plain client.
+fn cut_connections(redis: &RedisServer) {
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_connection().unwrap();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut conn)
+        .unwrap();
+}
+
+#[actix_rt::test]
+async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    a.send(FleetStored::found(vec![obj("x", "", 100)]))
+        .await
+        .unwrap()
+        .unwrap();
+    a.send(FleetLockNames(names(&["x"])))
+        .await
+        .unwrap()
+        .unwrap();
+    cut_connections(&redis);
+    until("a notices the cut", || async {
+        a.send(GetFleetUsage).await.unwrap().is_err()
+    })
+    .await;
+    joined(&a, 2).await;
+    until("b is connected again", || async {
+        b.send(GetFleetUsage).await.unwrap().is_ok()
+    })
+    .await;
+    assert!(
+        b.send(FleetClaim(names(&["x"])))
+            .await
+            .unwrap()
+            .unwrap()
+            .is_empty(),
+        "a's lock survived its reconnection"
+    );
 }
 
 #[actix_rt::test]
@@ -443,7 +655,7 @@ async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart
     })
     .await;
     let err = a
-        .send(FleetStored(vec![obj("x", "", 1)]))
+        .send(FleetStored::found(vec![obj("x", "", 1)]))
         .await
         .unwrap()
         .unwrap_err();
@@ -458,7 +670,7 @@ async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart
     let auth = ["--requirepass", "hunter2-secret"];
     let redis = RedisServer::start_on(port, &auth);
     joined(&a, 1).await;
-    a.send(FleetStored(vec![obj("x", "", 1)]))
+    a.send(FleetStored::found(vec![obj("x", "", 1)]))
         .await
         .unwrap()
         .unwrap();
@@ -484,13 +696,16 @@ async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart
 async fn a_listing_adds_what_the_index_lacks_and_forgets_what_it_did_not_see() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored(vec![obj("x", "", 100), obj("y", "", 200)]))
-        .await
-        .unwrap()
-        .unwrap();
+    a.send(FleetStored::found(vec![
+        obj("x", "", 100),
+        obj("y", "", 200),
+    ]))
+    .await
+    .unwrap()
+    .unwrap();
     let start = a.send(FleetSyncStart).await.unwrap().unwrap();
     // Stored after the listing began: never swept by it.
-    b.send(FleetStored(vec![obj("z", "", 50)]))
+    b.send(FleetStored::found(vec![obj("z", "", 50)]))
         .await
         .unwrap()
         .unwrap();
