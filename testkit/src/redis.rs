@@ -60,6 +60,18 @@ impl RedisServer {
         server
     }
 
+    /// Its port.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// Kills it (as a crash would: nothing is persisted); [`RedisServer::start_on`] its port
+    /// brings an empty one back.
+    pub fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)
