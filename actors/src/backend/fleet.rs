@@ -423,9 +423,9 @@ impl BackendActor {
         );
     }
 
-    /// Starts a fleet eviction round when usage, as this node last read it (the objects the
-    /// index knows and the bytes being written), reached the watermark, unless
-    /// [`MAX_ROUNDS`] of this node's rounds are in flight. The round's script decides with
+    /// Starts a fleet eviction round when usage, as this node last read it, says one is due
+    /// (the objects the index knows reached the watermark, or with the bytes being written
+    /// they reach the capacity), unless [`MAX_ROUNDS`] of this node's rounds are in flight. The round's script decides with
     /// the index's figures at that moment, so an extra attempt costs one round trip.
     fn fleet_check(&mut self, ctx: &mut Context<Self>) {
         let capacity = self.capacity_bytes;
@@ -435,11 +435,11 @@ impl BackendActor {
         let (Some((watermark, _)), Some(usage)) = (link.evict, link.usage.as_ref()) else {
             return;
         };
-        let bytes = usage.bytes + usage.pending;
-        if link.rounds >= MAX_ROUNDS
-            || capacity == 0
-            || (bytes as f64) < watermark * capacity as f64
-        {
+        // The script decides with the index's figures; this node asks when its last reading
+        // says a round is due (see `FleetRound`).
+        let due = usage.bytes as f64 >= watermark * capacity as f64
+            || usage.bytes + usage.pending >= capacity;
+        if link.rounds >= MAX_ROUNDS || capacity == 0 || !due {
             return;
         }
         self.fleet_round(ctx);

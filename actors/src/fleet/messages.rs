@@ -132,13 +132,15 @@ pub(crate) struct FleetCandidates {
     pub(crate) scan: usize,
 }
 
-/// Starts an eviction round of the bucket, in one script: when the fleet's usage is at
-/// `watermark × capacity` and no other node holds the eviction lease, takes the lease and
-/// claims the round's victims by fleet recency (LMCache's `floor(objects × ratio)`, at least 1,
-/// plus what brings usage back to the watermark when it is further above). The usage is read
-/// in the same script as the claims, so a round's size follows every node's stores up to that
-/// moment. The holder gives the lease up with [`FleetLeaseRelease`] when the round's claims
-/// are released.
+/// Starts an eviction round of the bucket, in one script (see `ROUND` in scripts.rs for the
+/// exact rule). The objects the index knows, less those claimed by rounds in flight, are
+/// *stored*; with the bytes nodes are writing they are *landing*. A round is due when stored
+/// reaches `watermark × capacity` (LMCache's rule: `floor(objects × ratio)` plus what brings
+/// it back to the watermark) or landing reaches the capacity (at least what brings it back
+/// under). When one is due and no other node holds the eviction lease, the script takes the
+/// lease and claims the victims by fleet recency. Usage is read in the same script as the
+/// claims, so a round's size follows every node's stores and writes up to that moment. The
+/// holder gives the lease up with [`FleetLeaseRelease`] when its rounds end.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "Result<Round, FleetError>")]
 pub(crate) struct FleetRound {

@@ -282,14 +282,14 @@ return out
 
 const ROUND: &str = r#"
 -- ARGV: p, node, ttl_ms, capacity, watermark, ratio. Starts an eviction round, atomically.
--- Usage here is the objects the index knows, plus the bytes live nodes are writing, minus the
--- objects already claimed for deletion (rounds in flight). Under `watermark x capacity`:
--- returns {0}. When another node holds the eviction lease: {-1}. Else takes (or renews) the
--- lease for ttl_ms and claims the round's victims, the least recent names no node locks,
--- writes or deletes (among the 4 x limit + 64 least recent): LMCache's
--- `floor(objects x ratio)` when the known objects alone reach the watermark, plus, above it,
--- the objects at the average size that bring usage back to it; at least 1. Returns
--- {1, name, size, ...}.
+-- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
+-- `landing` adds the bytes live nodes are writing. When `stored` is under
+-- `watermark x capacity` and `landing` under the capacity: returns {0}. When another node
+-- holds the eviction lease: {-1}. Else takes (or renews) the lease for ttl_ms and claims the
+-- round's victims, the least recent names no node locks or deletes (among the
+-- 4 x limit + 64 least recent): LMCache's `floor(objects x ratio)` plus what brings `stored`
+-- back to the watermark when `stored` reached it; and at least what brings `landing` back
+-- under the capacity; at least 1. Returns {1, name, size, ...}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local capacity, watermark, ratio = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local known = tonumber(redis.call('HGET', p..'usage', 'bytes') or '0')
@@ -299,16 +299,21 @@ local deleting = redis.call('HKEYS', p..'deleting')
 for _, name in ipairs(deleting) do
   claimed = claimed + tonumber(redis.call('HGET', p..'size', name) or '0')
 end
-local bytes = known + pending_total() - claimed
+local stored = known - claimed
+local landing = stored + pending_total()
 local mark = watermark * capacity
-if capacity <= 0 or bytes < mark then return {0} end
+if capacity <= 0 or (stored < mark and landing < capacity) then return {0} end
 local holder = redis.call('GET', p..'lease')
 if holder and holder ~= node then return {-1} end
 redis.call('SET', p..'lease', node, 'PX', ttl)
+local average = 1
+if known > 0 and objects > 0 then average = known / objects end
 local limit = 0
-if known - claimed >= mark then limit = math.floor((objects - #deleting) * ratio) end
-if known > 0 then
-  limit = limit + math.ceil((bytes - mark) * objects / known)
+if stored >= mark then
+  limit = math.floor((objects - #deleting) * ratio) + math.ceil((stored - mark) / average)
+end
+if landing >= capacity then
+  limit = math.max(limit, math.ceil((landing - capacity) / average))
 end
 limit = math.max(1, limit)
 local out = {1}
