@@ -101,6 +101,9 @@ pub struct Tier {
     arbiters: Vec<Arbiter>,
     /// The registry the metrics went to, when the tier made its own.
     registry: Option<Arc<Registry>>,
+    /// Adapters whose `IsolatedLRU` quotas are their fleet's: quota messages go to their
+    /// backend (and on to the index), not to the eviction actor.
+    fleet_quotas: std::collections::HashMap<AdapterIndex, Addr<BackendActor>>,
 }
 
 impl Tier {
@@ -159,6 +162,7 @@ impl Tier {
                 _ => None,
             })
             .collect();
+        fleet_policies(&slots, &identities);
         let mut ready = storages.into_iter();
         if slots.is_empty() {
             return Err(StartError::NoAdapters);
@@ -189,6 +193,7 @@ impl Tier {
         arbiters.push(evict_arbiter);
 
         let mut handles = Vec::new();
+        let mut fleet_quotas = std::collections::HashMap::new();
         for (index, (common, slot)) in slots.iter().enumerate() {
             let capacity = common.capacity_bytes();
             let format = common.object_name_format;
@@ -233,6 +238,12 @@ impl Tier {
             }
             let (arbiter, addr) = backend.spawn();
             arbiters.push(arbiter);
+            let isolated = common.eviction.as_ref().is_some_and(|e| {
+                e.eviction_policy == kvtier_actors::config::EvictionPolicy::IsolatedLru
+            });
+            if config.fleet.is_some() && identities[index].is_some() && isolated {
+                fleet_quotas.insert(index, addr.clone());
+            }
             handles.push(AdapterHandle::new(index, kind, addr));
         }
 
@@ -250,6 +261,7 @@ impl Tier {
             evictor,
             arbiters,
             registry: None,
+            fleet_quotas,
         })
     }
 
@@ -446,19 +458,25 @@ impl Tier {
         cache_salt: impl Into<String>,
         limit_bytes: Option<u64>,
     ) -> Result<Option<u64>, TierError> {
-        Ok(self
-            .evictor
-            .send(SetQuota {
-                adapter,
-                cache_salt: cache_salt.into(),
-                limit_bytes,
-            })
-            .await??)
+        let msg = SetQuota {
+            adapter,
+            cache_salt: cache_salt.into(),
+            limit_bytes,
+        };
+        Ok(match self.fleet_quotas.get(&adapter) {
+            // In a fleet the quota is the fleet's: every node's rounds use it.
+            Some(backend) => backend.send(msg).await??,
+            None => self.evictor.send(msg).await??,
+        })
     }
 
-    /// The quotas in force on `adapter` (`None` when it has no eviction).
+    /// The quotas in force on `adapter` (`None` when it has no eviction); in a fleet, the
+    /// fleet's.
     pub async fn quotas(&self, adapter: AdapterIndex) -> Result<Option<Quotas>, TierError> {
-        Ok(self.evictor.send(GetQuotas(adapter)).await?)
+        Ok(match self.fleet_quotas.get(&adapter) {
+            Some(backend) => backend.send(GetQuotas(adapter)).await?,
+            None => self.evictor.send(GetQuotas(adapter)).await?,
+        })
     }
 
     /// The keys of `adapter` in eviction order, first victim first, whatever the policy (for
@@ -469,6 +487,27 @@ impl Tier {
 }
 
 /// Where an adapter's storage comes from.
+/// Fleet eviction is LRU by the fleet's recency, or `IsolatedLRU` with the fleet's quotas
+/// (docs/fleet.md). Other policies are accepted, with a warning that they apply only without
+/// `[fleet]`.
+fn fleet_policies(slots: &[(&CommonConfig, Slot<'_>)], identities: &[Option<String>]) {
+    use kvtier_actors::config::EvictionPolicy;
+    for (index, ((common, slot), identity)) in slots.iter().zip(identities).enumerate() {
+        let (Some(_), Some(eviction), Slot::Spec(_)) = (identity, &common.eviction, slot) else {
+            continue;
+        };
+        match eviction.eviction_policy {
+            EvictionPolicy::Lru | EvictionPolicy::IsolatedLru | EvictionPolicy::Noop => {}
+            other => tracing::warn!(
+                adapter = index,
+                policy = ?other,
+                "fleet eviction is LRU by the fleet's recency; this adapter's eviction_policy \
+                 applies only without [fleet]"
+            ),
+        }
+    }
+}
+
 enum Slot<'a> {
     /// Opened from its configuration at start.
     Spec(&'a AdapterSpec),

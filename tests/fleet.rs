@@ -9,9 +9,12 @@ use std::time::Duration;
 use bytes::BytesMut;
 use kvtier::actors::backends::fault_inject::FaultInjectConfig;
 use kvtier::actors::config::{EvictionConfig, GIB};
-use kvtier::{AdapterConfig, AdapterSpec, ConfigSources, FleetConfig, FsConfig, Tier, TierConfig};
+use kvtier::{
+    AdapterConfig, AdapterSpec, ConfigSources, EvictionPolicy, FleetConfig, FsConfig, Quotas, Tier,
+    TierConfig,
+};
 use support::redis::{free_port, RedisServer};
-use support::{key, payload};
+use support::{key, payload, salted};
 
 const OBJ: usize = 1024;
 /// 100 objects of `OBJ` bytes.
@@ -302,6 +305,49 @@ async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
     })
     .await;
     a.close().await;
+}
+
+/// `IsolatedLRU` in a fleet: a quota set on one node is the fleet's; another node's stores of
+/// that salt are brought back under it, and both nodes report it.
+#[actix_rt::test]
+async fn isolated_lru_quotas_are_the_fleets() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let start = |id: &'static str| {
+        let config = TierConfig::default()
+            .adapter(
+                AdapterConfig::fs(dir.path())
+                    .eviction(EvictionConfig::with_policy(EvictionPolicy::IsolatedLru)),
+            )
+            .eviction_interval(Duration::from_millis(50))
+            .fleet(FleetConfig::new(redis.url()).node_id(id));
+        async move { Tier::start(&config).await.unwrap() }
+    };
+    let (a, b) = (start("a").await, start("b").await);
+    until("both joined", || async {
+        joined(&a).await && joined(&b).await
+    })
+    .await;
+    let limit = 10 * OBJ as u64;
+    assert_eq!(a.set_quota(0, "tenant", Some(limit)).await.unwrap(), None);
+    let want = Some(Quotas(
+        [("tenant".to_string(), limit)].into_iter().collect(),
+    ));
+    assert_eq!(b.quotas(0).await.unwrap(), want, "the fleet's quota");
+    for i in 0..20 {
+        let r = b
+            .store(vec![salted(i, "tenant")], vec![payload(i, OBJ)])
+            .await
+            .unwrap();
+        assert!(r.success(), "{r:?}");
+    }
+    until("the tenant is back under its quota's watermark", || async {
+        bucket_bytes(dir.path()) <= 8 * OBJ as u64
+    })
+    .await;
+    assert!(bucket_bytes(dir.path()) > 0, "only the excess goes");
+    a.close().await;
+    b.close().await;
 }
 
 /// `[fleet]` in the file and the environment; errors name the field and never quote the URL.

@@ -34,7 +34,8 @@ use actix::prelude::*;
 
 use super::write_queue::{BatchId, Item};
 use super::BackendActor;
-use crate::config::{EvictionConfig, FleetConfig};
+use crate::config::{EvictionConfig, EvictionPolicy, FleetConfig, Quotas};
+use crate::eviction::{GetQuotas, QuotaError, SetQuota};
 use crate::fleet::*;
 use crate::key::{KeyMap, ObjectKey};
 use crate::messages::{DeleteCause, ListKeys};
@@ -51,6 +52,8 @@ pub(super) struct FleetLink {
     pub(super) usage: Option<FleetUsage>,
     /// Watermark and ratio of fleet eviction (`None`: this adapter does not evict).
     evict: Option<(f64, f64)>,
+    /// `IsolatedLRU`: rounds go salt by salt against the fleet's quotas.
+    per_salt: bool,
     /// Period of the usage refresh and eviction check.
     interval: std::time::Duration,
     /// This node's fleet eviction rounds in flight.
@@ -80,11 +83,13 @@ impl FleetLink {
                 ttl: DEFAULT_TTL,
                 timeout: std::time::Duration::from_secs(2),
                 metrics: crate::metrics::AdapterMetrics::off(),
+                quotas: eviction.map(|e| e.quotas.clone()).unwrap_or_default(),
             }),
             index: None,
             held: KeyMap::default(),
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
+            per_salt: eviction.is_some_and(|e| e.eviction_policy == EvictionPolicy::IsolatedLru),
             interval,
             rounds: 0,
             leased: false,
@@ -139,6 +144,66 @@ impl Handler<FleetEvict> for BackendActor {
             metrics.evicted(removed.len(), removed.iter().map(|(_, b)| b).sum());
             removed.len()
         })
+    }
+}
+
+/// A fleet adapter with `IsolatedLRU`: the quota is the fleet's, kept in the index (the
+/// eviction actor does not drive this adapter); the next round, which this starts, applies it.
+impl Handler<SetQuota> for BackendActor {
+    type Result = ResponseActFuture<Self, Result<Option<u64>, QuotaError>>;
+
+    fn handle(&mut self, msg: SetQuota, _: &mut Context<Self>) -> Self::Result {
+        let adapter = msg.adapter;
+        let index = self
+            .fleet
+            .as_ref()
+            .filter(|l| l.evict.is_some())
+            .and_then(|l| l.per_salt.then(|| l.index.clone()).flatten());
+        let Some(index) = index else {
+            return Box::pin(ready(Err(QuotaError::NoEviction(adapter))));
+        };
+        if let Err(e) = crate::key::validate_salt(&msg.cache_salt) {
+            return Box::pin(ready(Err(QuotaError::BadSalt(e.to_string()))));
+        }
+        let set = FleetSetQuota {
+            salt: msg.cache_salt,
+            limit: msg.limit_bytes,
+        };
+        Box::pin(
+            wrap_future::<_, Self>(index.send(set)).map(move |res, act, ctx| {
+                let old = match res {
+                    Ok(Ok(old)) => old,
+                    Ok(Err(e)) => return Err(QuotaError::Fleet(adapter, e.to_string())),
+                    Err(e) => return Err(QuotaError::Fleet(adapter, e.to_string())),
+                };
+                act.fleet_refresh(ctx);
+                Ok(old)
+            }),
+        )
+    }
+}
+
+/// The fleet's quotas, as the index has them now (as last read while it is unreachable).
+impl Handler<GetQuotas> for BackendActor {
+    type Result = ResponseActFuture<Self, Option<Quotas>>;
+
+    fn handle(&mut self, _: GetQuotas, _: &mut Context<Self>) -> Self::Result {
+        let Some(index) = self.fleet_index().filter(|_| {
+            self.fleet
+                .as_ref()
+                .is_some_and(|l| l.per_salt && l.evict.is_some())
+        }) else {
+            return Box::pin(ready(None));
+        };
+        Box::pin(
+            wrap_future::<_, Self>(index.send(GetFleetUsage)).map(|res, act, _| {
+                let usage = match res {
+                    Ok(Ok(u)) => Some(u),
+                    _ => act.fleet.as_ref().and_then(|l| l.usage.clone()),
+                };
+                usage.map(|u| Quotas(u.quotas))
+            }),
+        )
     }
 }
 
@@ -437,9 +502,17 @@ impl BackendActor {
         };
         // The script decides with the index's figures; this node asks when its last reading
         // says a round is due (see `FleetRound`).
-        let due = usage.bytes as f64 >= watermark * capacity as f64
-            || usage.bytes + usage.pending >= capacity;
-        if link.rounds >= MAX_ROUNDS || capacity == 0 || !due {
+        let due = if link.per_salt {
+            usage.by_salt.iter().any(|(salt, &bytes)| {
+                let quota = usage.quotas.get(salt).copied().unwrap_or(0);
+                bytes > 0 && bytes as f64 >= watermark * quota as f64
+            })
+        } else {
+            capacity > 0
+                && (usage.bytes as f64 >= watermark * capacity as f64
+                    || usage.bytes + usage.pending >= capacity)
+        };
+        if link.rounds >= MAX_ROUNDS || !due {
             return;
         }
         self.fleet_round(ctx);
@@ -469,6 +542,7 @@ impl BackendActor {
             capacity,
             watermark,
             ratio,
+            per_salt: link.per_salt,
         };
         let round = async move {
             let started = std::time::Instant::now();

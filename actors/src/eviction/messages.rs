@@ -59,6 +59,9 @@ pub enum QuotaError {
     /// The salt is not a valid cache salt.
     #[error("invalid cache salt: {0}")]
     BadSalt(String),
+    /// The adapter's quotas are its fleet's, and the fleet index did not take the change.
+    #[error("adapter #{0}: the fleet index did not set the quota: {1}")]
+    Fleet(AdapterIndex, String),
 }
 
 /// The quotas in force on an adapter (`None` when it has no eviction state).

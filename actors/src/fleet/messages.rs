@@ -24,8 +24,10 @@ pub(crate) struct FleetUsage {
     pub(crate) objects: u64,
     /// Bytes per cache salt (`""`: unsalted).
     pub(crate) by_salt: BTreeMap<String, u64>,
-    /// Bytes live nodes are writing (announced with [`FleetPending`], not yet stored).
+    /// Bytes live nodes are writing (announced with [`FleetWriting`], not yet stored).
     pub(crate) pending: u64,
+    /// The fleet's `IsolatedLRU` quotas: salt → limit in bytes.
+    pub(crate) quotas: BTreeMap<String, u64>,
 }
 
 /// Why the fleet index did not answer.
@@ -147,6 +149,18 @@ pub(crate) struct FleetRound {
     pub(crate) capacity: u64,
     pub(crate) watermark: f64,
     pub(crate) ratio: f64,
+    /// `IsolatedLRU`: each cache salt against its quota in the index (none: 0, LMCache's
+    /// allowlist rule), victims by that salt's own fleet recency; `capacity` plays no part.
+    pub(crate) per_salt: bool,
+}
+
+/// Sets (`Some`) or removes (`None`) the fleet's `IsolatedLRU` quota of a cache salt; replies
+/// with the previous limit. Every node's rounds use it from then on.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<Option<u64>, FleetError>")]
+pub(crate) struct FleetSetQuota {
+    pub(crate) salt: String,
+    pub(crate) limit: Option<u64>,
 }
 
 /// What [`FleetRound`] found.

@@ -75,6 +75,9 @@ pub(crate) struct IndexConfig {
     pub(crate) timeout: Duration,
     /// The adapter's series: `kvtier_fleet_joined` follows the node's standing.
     pub(crate) metrics: crate::metrics::AdapterMetrics,
+    /// This node's configured `IsolatedLRU` quotas, given to the index at each join for the
+    /// salts it has none for.
+    pub(crate) quotas: crate::config::Quotas,
 }
 
 /// The fleet index actor of one adapter. See the module docs.
@@ -248,6 +251,13 @@ impl FleetIndex {
         );
         let (node, ttl) = (self.config.node.clone(), self.ttl_ms());
         let fresh = u8::from(self.status.joins == 0);
+        let quotas: Vec<String> = self
+            .config
+            .quotas
+            .0
+            .iter()
+            .flat_map(|(salt, limit)| [salt.clone(), limit.to_string()])
+            .collect();
         let call = async move {
             scripts
                 .join
@@ -256,6 +266,7 @@ impl FleetIndex {
                 .arg(node)
                 .arg(ttl)
                 .arg(fresh)
+                .arg(quotas)
                 .invoke_async::<i64>(&mut conn)
                 .await
         };
@@ -343,6 +354,9 @@ fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
             "bytes" => u.bytes = n,
             "objects" => u.objects = n,
             f if f.starts_with("pending:") => u.pending += n,
+            f if f.starts_with("quota:") => {
+                u.quotas.insert(f["quota:".len()..].to_string(), n);
+            }
             f => {
                 if let Some(salt) = f.strip_prefix("salt:") {
                     if n > 0 {
@@ -486,8 +500,23 @@ impl Handler<FleetRound> for FleetIndex {
             msg.capacity.to_string(),
             msg.watermark.to_string(),
             msg.ratio.to_string(),
+            if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
         ];
         self.run(|s| &s.round, args, parse_round)
+    }
+}
+
+impl Handler<FleetSetQuota> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<Option<u64>, FleetError>>;
+
+    fn handle(&mut self, msg: FleetSetQuota, _: &mut Self::Context) -> Self::Result {
+        let mut args = vec![msg.salt];
+        args.extend(msg.limit.map(|l| l.to_string()));
+        self.run(
+            |s| &s.quota,
+            args,
+            |v| parse_int(v).map(|old| u64::try_from(old).ok()),
+        )
     }
 }
 

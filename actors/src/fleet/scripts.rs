@@ -13,10 +13,12 @@
 //! - `size` (hash): object name → size in bytes; the objects the fleet knows.
 //! - `salt` (hash): object name → cache salt, for salted objects only.
 //! - `usage` (hash): `bytes`, `objects`, `salt:SALT` → bytes per cache salt (`salt:` for
-//!   unsalted objects), and `pending:NODE` → bytes that node is writing (dropped with the
-//!   node when it is reaped).
+//!   unsalted objects), `pending:NODE` → bytes that node is writing (dropped with the
+//!   node when it is reaped), and `quota:SALT` → the fleet's `IsolatedLRU` quota of a salt.
 //! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
-//! - `recency` (sorted set): object name → the tick of its last store or lookup hit.
+//! - `recency` (sorted set): object name → the tick of its last store or lookup hit;
+//!   `srec:SALT` (sorted set): the same for the objects of one cache salt (`srec:` for
+//!   unsalted ones), from which `IsolatedLRU` rounds take one salt's victims.
 //! - `locks` (hash): object name → lock count over every live node.
 //! - `held:NODE` (hash): object name → that node's lock count.
 //! - `deleting` (hash): object name → the node that claimed its deletion.
@@ -56,6 +58,10 @@ end
 local function tick()
   return redis.call('INCR', p..'clock')
 end
+local function refresh(name, salt, at)
+  redis.call('ZADD', p..'recency', at, name)
+  redis.call('ZADD', p..'srec:'..salt, at, name)
+end
 local function forget(name)
   local size = redis.call('HGET', p..'size', name)
   if size then
@@ -63,6 +69,7 @@ local function forget(name)
     redis.call('HDEL', p..'size', name)
     redis.call('HDEL', p..'salt', name)
     add_usage(salt, -tonumber(size), -1)
+    redis.call('ZREM', p..'srec:'..salt, name)
   end
   redis.call('ZREM', p..'recency', name)
 end
@@ -127,12 +134,17 @@ end
 
 /// The script sources after the prelude.
 const JOIN: &str = r#"
--- ARGV: p, node, ttl_ms, fresh. A process's first join (`fresh` = 1) drops what an earlier
+-- ARGV: p, node, ttl_ms, fresh, quotas. A process's first join (`fresh` = 1) drops what an earlier
 -- process with its id held; a join again after a lost connection keeps what this process
 -- holds (its locks are still its own; if it was reaped meanwhile, they are gone already).
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 if ARGV[4] == '1' then drop_node(node) end
+-- Then (salt, limit) pairs: this node's configured IsolatedLRU quotas, for salts the fleet
+-- has none for yet (a quota set at run time, by any node, stays).
+for i = 5, #ARGV, 2 do
+  redis.call('HSETNX', p..'usage', 'quota:'..ARGV[i], ARGV[i + 1])
+end
 redis.call('ZADD', p..'nodes', now + ttl, node)
 reap(now)
 return redis.call('ZCARD', p..'nodes')
@@ -164,11 +176,14 @@ for i = 7 + n - 1, #ARGV, 3 do
   if not (written and redis.call('HEXISTS', p..'tainted', name) == 1) then
     local old = tonumber(redis.call('HGET', p..'size', name) or '0')
     local old_salt = redis.call('HGET', p..'salt', name) or ''
-    if old > 0 then add_usage(old_salt, -old, -1) end
+    if old > 0 then
+      add_usage(old_salt, -old, -1)
+      redis.call('ZREM', p..'srec:'..old_salt, name)
+    end
     redis.call('HSET', p..'size', name, size)
     if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
     add_usage(salt, size, 1)
-    redis.call('ZADD', p..'recency', tick(), name)
+    refresh(name, salt, tick())
   end
 end
 for i = 6, 6 + n - 1 do
@@ -193,6 +208,16 @@ end
 return redis.call('HGETALL', p..'usage')
 "#;
 
+const QUOTA: &str = r#"
+-- ARGV: p, salt[, limit]. Sets the fleet's IsolatedLRU quota of a salt (removes it without a
+-- limit: the salt then falls under the allowlist rule, limit 0). Returns the previous limit,
+-- or -1 when there was none.
+local field = 'quota:'..ARGV[2]
+local old = tonumber(redis.call('HGET', p..'usage', field) or '-1')
+if ARGV[3] then redis.call('HSET', p..'usage', field, ARGV[3]) else redis.call('HDEL', p..'usage', field) end
+return old
+"#;
+
 const LOCK: &str = r#"
 -- ARGV: p, node, names. Per name: -1 (being deleted: not locked), else locked and the size the
 -- index knows (0: unknown, the node must probe the store). A known name's recency is refreshed.
@@ -207,7 +232,7 @@ for i = 3, #ARGV do
     redis.call('HINCRBY', p..'held:'..node, name, 1)
     local size = redis.call('HGET', p..'size', name)
     if size then
-      redis.call('ZADD', p..'recency', tick(), name)
+      refresh(name, redis.call('HGET', p..'salt', name) or '', tick())
       out[#out + 1] = tonumber(size)
     else
       out[#out + 1] = 0
@@ -236,7 +261,9 @@ return 0
 const TOUCH: &str = r#"
 -- ARGV: p, names. Refreshes the recency of the names the index knows.
 for i = 2, #ARGV do
-  redis.call('ZADD', p..'recency', 'XX', tick(), ARGV[i])
+  if redis.call('HEXISTS', p..'size', ARGV[i]) == 1 then
+    refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick())
+  end
 end
 return 0
 "#;
@@ -281,7 +308,8 @@ return out
 "#;
 
 const ROUND: &str = r#"
--- ARGV: p, node, ttl_ms, capacity, watermark, ratio. Starts an eviction round, atomically.
+-- ARGV: p, node, ttl_ms, capacity, watermark, ratio, policy (`per_salt`: IsolatedLRU, below;
+-- else by capacity). Starts an eviction round, atomically.
 -- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
 -- `landing` adds the bytes live nodes are writing. When `stored` is under
 -- `watermark x capacity` and `landing` under the capacity: returns {0}. When another node
@@ -292,6 +320,55 @@ const ROUND: &str = r#"
 -- under the capacity; at least 1. Returns {1, name, size, ...}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local capacity, watermark, ratio = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local function take(set, limit, skip, out)
+  local taken = 0
+  for _, name in ipairs(redis.call('ZRANGE', set, 0, 4 * limit + 63 + skip)) do
+    if taken >= limit then break end
+    if free(name) then
+      claim(node, name)
+      out[#out + 1] = name
+      out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+      taken = taken + 1
+    end
+  end
+end
+if ARGV[7] == 'per_salt' then
+  -- IsolatedLRU: each salt against its own quota (none: 0, LMCache's allowlist rule); a
+  -- round takes victims of the salts due only, from each salt's own recency.
+  local u = redis.call('HGETALL', p..'usage')
+  local bytes, quota = {}, {}
+  for i = 1, #u, 2 do
+    local f = u[i]
+    if string.sub(f, 1, 5) == 'salt:' then bytes[string.sub(f, 6)] = tonumber(u[i + 1]) end
+    if string.sub(f, 1, 6) == 'quota:' then quota[string.sub(f, 7)] = tonumber(u[i + 1]) end
+  end
+  local claimed, claimed_n = {}, {}
+  for _, name in ipairs(redis.call('HKEYS', p..'deleting')) do
+    local salt = redis.call('HGET', p..'salt', name) or ''
+    claimed[salt] = (claimed[salt] or 0) + tonumber(redis.call('HGET', p..'size', name) or '0')
+    claimed_n[salt] = (claimed_n[salt] or 0) + 1
+  end
+  local due = {}
+  for salt, b in pairs(bytes) do
+    local stored, mark = b - (claimed[salt] or 0), watermark * (quota[salt] or 0)
+    if stored > 0 and stored >= mark then due[#due + 1] = {salt, stored, mark, b} end
+  end
+  if #due == 0 then return {0} end
+  local holder = redis.call('GET', p..'lease')
+  if holder and holder ~= node then return {-1} end
+  redis.call('SET', p..'lease', node, 'PX', ttl)
+  table.sort(due, function(x, y) return x[1] < y[1] end)
+  local out = {1}
+  for _, d in ipairs(due) do
+    local salt, stored, mark, b = d[1], d[2], d[3], d[4]
+    local n = redis.call('ZCARD', p..'srec:'..salt)
+    local average = b / math.max(1, n)
+    local skip = claimed_n[salt] or 0
+    local limit = math.floor((n - skip) * ratio) + math.ceil((stored - mark) / average)
+    take(p..'srec:'..salt, math.max(1, limit), skip, out)
+  end
+  return out
+end
 local known = tonumber(redis.call('HGET', p..'usage', 'bytes') or '0')
 local objects = tonumber(redis.call('HGET', p..'usage', 'objects') or '0')
 local claimed = 0
@@ -315,16 +392,8 @@ end
 if landing >= capacity then
   limit = math.max(limit, math.ceil((landing - capacity) / average))
 end
-limit = math.max(1, limit)
 local out = {1}
-for _, name in ipairs(redis.call('ZRANGE', p..'recency', 0, 4 * limit + 63 + #deleting)) do
-  if #out > 2 * limit then break end
-  if free(name) then
-    claim(node, name)
-    out[#out + 1] = name
-    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
-  end
-end
+take(p..'recency', math.max(1, limit), #deleting, out)
 return out
 "#;
 
@@ -392,7 +461,7 @@ for i = 3, #ARGV, 3 do
     redis.call('HSET', p..'size', name, size)
     if salt ~= '' then redis.call('HSET', p..'salt', name, salt) end
     add_usage(salt, size, 1)
-    redis.call('ZADD', p..'recency', 0, name)
+    refresh(name, salt, 0)
     added = added + 1
   end
 end
@@ -427,6 +496,7 @@ pub(super) struct Scripts {
     pub(super) stored: Script,
     pub(super) writing: Script,
     pub(super) lock: Script,
+    pub(super) quota: Script,
     pub(super) unlock: Script,
     pub(super) touch: Script,
     pub(super) lease: Script,
@@ -452,6 +522,7 @@ impl Scripts {
             stored: s(STORED),
             writing: s(WRITING),
             lock: s(LOCK),
+            quota: s(QUOTA),
             unlock: s(UNLOCK),
             touch: s(TOUCH),
             lease: s(LEASE),

@@ -98,6 +98,7 @@ fn config(url: &str, node: &str, ttl: Duration) -> IndexConfig {
         ttl,
         timeout: Duration::from_secs(5),
         metrics: crate::metrics::AdapterMetrics::off(),
+        quotas: Default::default(),
     }
 }
 
@@ -512,6 +513,7 @@ fn round(capacity: u64) -> FleetRound {
         capacity,
         watermark: 0.8,
         ratio: 0.2,
+        per_salt: false,
     }
 }
 
@@ -594,6 +596,89 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
         a.send(round(100)).await.unwrap().unwrap(),
         Round::Claimed(_)
     ));
+}
+
+fn salted_round() -> FleetRound {
+    FleetRound {
+        capacity: 0,
+        watermark: 0.8,
+        ratio: 0.2,
+        per_salt: true,
+    }
+}
+
+#[actix_rt::test]
+async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    for i in 0..3 {
+        a.send(FleetStored::found(vec![obj(&format!("a{i}"), "sa", 10)]))
+            .await
+            .unwrap()
+            .unwrap();
+        b.send(FleetStored::found(vec![obj(&format!("b{i}"), "sb", 10)]))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+    // Quotas set on one node are the fleet's.
+    let set = |salt: &str, limit| FleetSetQuota {
+        salt: salt.into(),
+        limit,
+    };
+    assert_eq!(a.send(set("sa", Some(100))).await.unwrap().unwrap(), None);
+    assert_eq!(a.send(set("sb", Some(20))).await.unwrap().unwrap(), None);
+    assert_eq!(
+        b.send(set("sb", Some(20))).await.unwrap().unwrap(),
+        Some(20),
+        "the previous limit"
+    );
+    let u = usage(&b).await;
+    assert_eq!(u.quotas.get("sa"), Some(&100));
+    // sa: 30 of 0.8 x 100: not due. sb: 30 of 0.8 x 20 = 16: due, its victims only, least
+    // recent first, the locked one skipped: floor(3 x 0.2) = 0 plus the 14 bytes over the
+    // mark at 10 bytes each: 2.
+    a.send(FleetLockNames(names(&["b0"])))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        claimed(b.send(salted_round()).await.unwrap().unwrap()),
+        names(&["b1", "b2"])
+    );
+    b.send(FleetRelease {
+        removed: names(&["b1", "b2"]),
+        kept: vec![],
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    b.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(b.send(salted_round()).await.unwrap().unwrap(), Round::Under);
+    // A salt without a quota has a limit of 0 (LMCache's allowlist rule): all of it goes.
+    a.send(set("sa", None)).await.unwrap().unwrap();
+    assert_eq!(
+        claimed(a.send(salted_round()).await.unwrap().unwrap()),
+        names(&["a0", "a1", "a2"])
+    );
+    // A node's configured quotas fill in only salts the fleet has none for.
+    let mut c = config(&redis.url(), "c", DEFAULT_TTL);
+    c.quotas = crate::config::Quotas(
+        [("sa".to_string(), 5), ("sc".to_string(), 7)]
+            .into_iter()
+            .collect(),
+    );
+    let c = FleetIndex::new(c).start();
+    joined(&c, 1).await;
+    b.send(set("sb", Some(20))).await.unwrap().unwrap();
+    let q = usage(&c).await.quotas;
+    assert_eq!(
+        (q.get("sa"), q.get("sb"), q.get("sc")),
+        (Some(&5), Some(&20), Some(&7))
+    );
 }
 
 /// Cuts every client connection of the server (as a network blip would), from a plain client.

@@ -316,6 +316,7 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>) {
                         capacity: CAPACITY,
                         watermark: 0.8,
                         ratio: 0.2,
+                        per_salt: false,
                     })
                     .await
                     .unwrap()
