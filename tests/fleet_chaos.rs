@@ -381,16 +381,7 @@ async fn fleet_nodes_as_processes_survive_kills_cuts_and_a_lost_index() {
     );
 
     // c. Every connection to the index cut: the nodes rejoin, node 2 keeps its locks.
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut conn)
-        .unwrap();
+    redis.cut_connections();
     let back = until("the observer is joined again", || async {
         tier.usage().await.is_ok() && joined(&tier).await && fleet_bytes(&tier).await.is_some()
     })

@@ -72,6 +72,21 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
+    /// Kills every client connection, as a network blip would look to the clients (they
+    /// reconnect by themselves); the server and its data stay.
+    pub fn cut_connections(&self) {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let _: redis::Value = redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query(&mut conn)
+            .unwrap();
+    }
+
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)

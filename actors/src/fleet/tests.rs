@@ -517,6 +517,29 @@ fn round(capacity: u64) -> FleetRound {
     }
 }
 
+/// `node` tells the index a probe found `name`.
+async fn found(node: &Addr<FleetIndex>, name: &str, salt: &str, size: u64) {
+    node.send(FleetStored::found(vec![obj(name, salt, size)]))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// `node` releases its claims of `removed`, deleted, and gives the eviction lease up.
+async fn end_round(node: &Addr<FleetIndex>, removed: &[&str]) {
+    node.send(FleetRelease {
+        removed: names(removed),
+        kept: vec![],
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    node.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
 fn claimed(r: Round) -> Vec<String> {
     match r {
         Round::Claimed(v) => v.into_iter().map(|(n, _)| n).collect(),
@@ -529,10 +552,7 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
     for i in 0..7 {
-        a.send(FleetStored::found(vec![obj(&format!("k{i}"), "", 10)]))
-            .await
-            .unwrap()
-            .unwrap();
+        found(&a, &format!("k{i}"), "", 10).await;
     }
     // 70 bytes on a 100-byte bucket: under 0.8 x 100, and 20 bytes being written leave it
     // under the capacity.
@@ -563,17 +583,7 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
         .await
         .unwrap()
         .unwrap();
-    a.send(FleetRelease {
-        removed: names(&["k1"]),
-        kept: vec![],
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    a.send(FleetLeaseRelease(Lease::Evict))
-        .await
-        .unwrap()
-        .unwrap();
+    end_round(&a, &["k1"]).await;
     // 90 known bytes in 8 objects: LMCache's floor(8 x 0.2) = 1, plus the 10 bytes over the
     // watermark at the average size (11.25): 1. Least recent first, k0 still locked.
     let u = usage(&a).await;
@@ -583,10 +593,7 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
         names(&["k2", "k3"])
     );
     // b holds the lease until it gives it up: a finds the bucket full but another node busy.
-    a.send(FleetStored::found(vec![obj("k10", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "k10", "", 100).await;
     assert_eq!(a.send(round(100)).await.unwrap().unwrap(), Round::Busy);
     b.send(FleetLeaseRelease(Lease::Evict))
         .await
@@ -612,14 +619,8 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
     for i in 0..3 {
-        a.send(FleetStored::found(vec![obj(&format!("a{i}"), "sa", 10)]))
-            .await
-            .unwrap()
-            .unwrap();
-        b.send(FleetStored::found(vec![obj(&format!("b{i}"), "sb", 10)]))
-            .await
-            .unwrap()
-            .unwrap();
+        found(&a, &format!("a{i}"), "sa", 10).await;
+        found(&b, &format!("b{i}"), "sb", 10).await;
     }
     // Quotas set on one node are the fleet's.
     let set = |salt: &str, limit| FleetSetQuota {
@@ -646,17 +647,7 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
         claimed(b.send(salted_round()).await.unwrap().unwrap()),
         names(&["b1", "b2"])
     );
-    b.send(FleetRelease {
-        removed: names(&["b1", "b2"]),
-        kept: vec![],
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    b.send(FleetLeaseRelease(Lease::Evict))
-        .await
-        .unwrap()
-        .unwrap();
+    end_round(&b, &["b1", "b2"]).await;
     assert_eq!(b.send(salted_round()).await.unwrap().unwrap(), Round::Under);
     // A salt without a quota has a limit of 0 (LMCache's allowlist rule): all of it goes.
     a.send(set("sa", None)).await.unwrap().unwrap();
@@ -699,10 +690,7 @@ fn cut_connections(redis: &RedisServer) {
 async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored::found(vec![obj("x", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "x", "", 100).await;
     a.send(FleetLockNames(names(&["x"])))
         .await
         .unwrap()
@@ -756,10 +744,7 @@ async fn an_unreachable_index_is_reported_and_the_node_rejoins_without_a_restart
     let auth = ["--requirepass", "hunter2-secret"];
     let redis = RedisServer::start_on(port, &auth);
     joined(&a, 1).await;
-    a.send(FleetStored::found(vec![obj("x", "", 1)]))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "x", "", 1).await;
 
     // It goes away: the next request fails at once, and the node is alone.
     drop(redis);
@@ -791,10 +776,7 @@ async fn a_listing_adds_what_the_index_lacks_and_forgets_what_it_did_not_see() {
     .unwrap();
     let start = a.send(FleetSyncStart).await.unwrap().unwrap();
     // Stored after the listing began: never swept by it.
-    b.send(FleetStored::found(vec![obj("z", "", 50)]))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&b, "z", "", 50).await;
     // The listing sees only `w`, an object another writer put in the bucket.
     let added = a
         .send(FleetSyncPage(vec![obj("w", "s", 10)]))
