@@ -72,19 +72,27 @@ impl RedisServer {
         let _ = self.child.wait();
     }
 
-    /// Kills every client connection, as a network blip would look to the clients (they
-    /// reconnect by themselves); the server and its data stay.
-    pub fn cut_connections(&self) {
+    /// Kills the connections named `name` (a fleet node's is `kvtier-NODE`): that node alone
+    /// is cut off, as by a network blip, and reconnects by itself. Returns how many it killed.
+    pub fn cut_client(&self, name: &str) -> usize {
         let client = redis::Client::open(self.url()).unwrap();
         let mut conn = client.get_connection().unwrap();
-        let _: redis::Value = redis::cmd("CLIENT")
-            .arg("KILL")
-            .arg("TYPE")
-            .arg("normal")
-            .arg("SKIPME")
-            .arg("yes")
-            .query(&mut conn)
-            .unwrap();
+        let list: String = redis::cmd("CLIENT").arg("LIST").query(&mut conn).unwrap();
+        let ids: Vec<String> = list
+            .lines()
+            .filter(|l| l.split(' ').any(|f| f == format!("name={name}")))
+            .filter_map(|l| l.split(' ').find_map(|f| f.strip_prefix("id=")))
+            .map(str::to_string)
+            .collect();
+        for id in &ids {
+            let _: redis::Value = redis::cmd("CLIENT")
+                .arg("KILL")
+                .arg("ID")
+                .arg(id)
+                .query(&mut conn)
+                .unwrap();
+        }
+        ids.len()
     }
 
     /// Its `redis://` URL.

@@ -258,7 +258,16 @@ impl FleetIndex {
             .iter()
             .flat_map(|(salt, limit)| [salt.clone(), limit.to_string()])
             .collect();
+        let name = client_name(&node);
         let call = async move {
+            // The connection carries the node's name, so `CLIENT LIST` tells the nodes apart
+            // (for operators, and for a test that cuts one node off). A server or proxy that
+            // refuses `CLIENT SETNAME` changes nothing else.
+            let _: Result<(), RedisError> = redis::cmd("CLIENT")
+                .arg("SETNAME")
+                .arg(name)
+                .query_async(&mut conn)
+                .await;
             scripts
                 .join
                 .key(&*key)
@@ -296,6 +305,22 @@ impl Actor for FleetIndex {
         self.beat(ctx);
         ctx.run_interval(self.config.ttl / 3, |act, ctx| act.beat(ctx));
     }
+}
+
+/// The connection name of a node: `kvtier-NODE`, with anything but letters, digits and
+/// `-_.:` replaced by `_` (a name may not hold spaces).
+fn client_name(node: &str) -> String {
+    let clean: String = node
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "-_.:".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("kvtier-{clean}")
 }
 
 fn bad_reply(what: &str, v: &Value) -> FleetError {
