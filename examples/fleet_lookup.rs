@@ -40,18 +40,12 @@ async fn tier(garage: &Garage, prefix: &str, fleet: Option<(&str, &str)>) -> Tie
     }
     let tier = Tier::start(&config).await.unwrap();
     if fleet.is_some() {
-        let t = Instant::now();
-        while !tier.status().await.unwrap().adapters[0]
-            .fleet
-            .as_ref()
-            .is_some_and(|f| f.joined)
-        {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "never joined the index"
-            );
-            actix_rt::time::sleep(Duration::from_millis(20)).await;
-        }
+        let joined = kvtier_testkit::wait_until(60, || async {
+            let status = tier.status().await.unwrap();
+            status.adapters[0].fleet.as_ref().is_some_and(|f| f.joined)
+        })
+        .await;
+        assert!(joined, "never joined the index");
     }
     tier
 }

@@ -21,13 +21,27 @@ const OBJ: usize = 1024;
 const CAPACITY: u64 = 100 * OBJ as u64;
 
 /// A node: one `fs` adapter on `dir` with `CAPACITY` and LRU 0.8 / 0.2, in the fleet on `url`
-/// when given.
+/// when given (then returned once it has joined the index).
 async fn node(dir: &std::path::Path, url: Option<&str>, id: &str) -> Tier {
     node_sized(dir, url, id, CAPACITY).await
 }
 
 /// [`node`] with another capacity.
 async fn node_sized(dir: &std::path::Path, url: Option<&str>, id: &str, capacity: u64) -> Tier {
+    started(&node_config(dir, url, id, capacity)).await
+}
+
+/// Starts a tier; with a fleet, returns once it has joined the index.
+async fn started(config: &TierConfig) -> Tier {
+    let tier = Tier::start(config).await.unwrap();
+    if config.fleet.is_some() {
+        until("the node joined", || joined(&tier)).await;
+    }
+    tier
+}
+
+/// The configuration of [`node_sized`].
+fn node_config(dir: &std::path::Path, url: Option<&str>, id: &str, capacity: u64) -> TierConfig {
     let mut config = TierConfig::default()
         .adapter(
             AdapterConfig::fs(dir)
@@ -38,7 +52,7 @@ async fn node_sized(dir: &std::path::Path, url: Option<&str>, id: &str, capacity
     if let Some(url) = url {
         config = config.fleet(FleetConfig::new(url).node_id(id));
     }
-    Tier::start(&config).await.unwrap()
+    config
 }
 
 /// Polls `f` (the test kit's `wait_until`, 60 s at most) and fails naming `what`.
@@ -96,10 +110,6 @@ async fn two_nodes_on_one_bucket_share_one_capacity() {
     let dir = tempfile::tempdir().unwrap();
     let a = node(dir.path(), Some(&redis.url()), "a").await;
     let b = node(dir.path(), Some(&redis.url()), "b").await;
-    until("both joined", || async {
-        joined(&a).await && joined(&b).await
-    })
-    .await;
     store(&a, 0..60).await;
     store(&b, 1000..1060).await;
     let watermark = (CAPACITY as f64 * 0.8) as u64;
@@ -140,15 +150,9 @@ async fn a_key_locked_on_one_node_is_never_evicted_by_another() {
         let url = fleet.then(|| redis.url());
         let dir = tempfile::tempdir().unwrap();
         let a = node(dir.path(), url.as_deref(), "a").await;
-        if fleet {
-            until("a joined", || joined(&a)).await;
-        }
         store(&a, 0..1).await;
         assert!(a.lookup_and_lock(vec![key(0)]).await.unwrap().all());
         let b = node(dir.path(), url.as_deref(), "b").await;
-        if fleet {
-            until("b joined", || joined(&b)).await;
-        }
         store(&b, 1000..1200).await;
         b.when_idle(0).await.unwrap();
         until("the bucket is under its capacity", || async {
@@ -194,16 +198,10 @@ async fn lookups_of_keys_another_node_stored_come_from_the_index() {
             config = config.fleet(FleetConfig::new(redis.url()).node_id("b"));
         }
         // `b` starts first, so its own ledger knows nothing of `a`'s objects.
-        let b = Tier::start(&config).await.unwrap();
+        let b = started(&config).await;
         let url = fleet.then(|| redis.url());
         // Room for the 80 objects under the watermark: none is evicted.
         let a = node_sized(dir.path(), url.as_deref(), "a", 2 * CAPACITY).await;
-        if fleet {
-            until("both joined", || async {
-                joined(&a).await && joined(&b).await
-            })
-            .await;
-        }
         store(&a, 0..80).await;
         let hits = b.lookup_and_lock((0..80).map(key).collect()).await.unwrap();
         assert_eq!(hits.all(), fleet, "{hits}");
@@ -227,7 +225,10 @@ async fn a_node_without_its_index_serves_alone_and_joins_later() {
     let port = free_port();
     let url = format!("redis://127.0.0.1:{port}/0");
     let dir = tempfile::tempdir().unwrap();
-    let a = node(dir.path(), Some(&url), "a").await;
+    // The index is down: the node starts alone.
+    let a = Tier::start(&node_config(dir.path(), Some(&url), "a", CAPACITY))
+        .await
+        .unwrap();
     store(&a, 0..3).await;
     assert!(a.lookup_and_lock(vec![key(0)]).await.unwrap().all());
     let loaded = a.load(vec![key(0)], vec![BytesMut::zeroed(OBJ)]).await;
@@ -313,21 +314,16 @@ async fn the_listing_corrects_the_index_and_rebuilds_a_lost_one() {
 async fn isolated_lru_quotas_are_the_fleets() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
-    let start = |id: &'static str| {
-        let config = TierConfig::default()
+    let config = |id: &str| {
+        TierConfig::default()
             .adapter(
                 AdapterConfig::fs(dir.path())
                     .eviction(EvictionConfig::with_policy(EvictionPolicy::IsolatedLru)),
             )
             .eviction_interval(Duration::from_millis(50))
-            .fleet(FleetConfig::new(redis.url()).node_id(id));
-        async move { Tier::start(&config).await.unwrap() }
+            .fleet(FleetConfig::new(redis.url()).node_id(id))
     };
-    let (a, b) = (start("a").await, start("b").await);
-    until("both joined", || async {
-        joined(&a).await && joined(&b).await
-    })
-    .await;
+    let (a, b) = (started(&config("a")).await, started(&config("b")).await);
     let limit = 10 * OBJ as u64;
     assert_eq!(a.set_quota(0, "tenant", Some(limit)).await.unwrap(), None);
     let want = Some(Quotas(

@@ -154,12 +154,7 @@ impl Handler<SetQuota> for BackendActor {
 
     fn handle(&mut self, msg: SetQuota, _: &mut Context<Self>) -> Self::Result {
         let adapter = msg.adapter;
-        let index = self
-            .fleet
-            .as_ref()
-            .filter(|l| l.evict.is_some())
-            .and_then(|l| l.per_salt.then(|| l.index.clone()).flatten());
-        let Some(index) = index else {
+        let Some(index) = self.fleet_quota_index() else {
             return Box::pin(ready(Err(QuotaError::NoEviction(adapter))));
         };
         if let Err(e) = crate::key::validate_salt(&msg.cache_salt) {
@@ -188,11 +183,7 @@ impl Handler<GetQuotas> for BackendActor {
     type Result = ResponseActFuture<Self, Option<Quotas>>;
 
     fn handle(&mut self, _: GetQuotas, _: &mut Context<Self>) -> Self::Result {
-        let Some(index) = self.fleet_index().filter(|_| {
-            self.fleet
-                .as_ref()
-                .is_some_and(|l| l.per_salt && l.evict.is_some())
-        }) else {
+        let Some(index) = self.fleet_quota_index() else {
             return Box::pin(ready(None));
         };
         Box::pin(
@@ -296,6 +287,14 @@ impl BackendActor {
                 None => tracing::debug!(adapter = act.index, "fleet: no listing this time"),
             }
         }));
+    }
+
+    /// The index, when this adapter's `IsolatedLRU` quotas are its fleet's.
+    fn fleet_quota_index(&self) -> Option<Addr<FleetIndex>> {
+        self.fleet
+            .as_ref()
+            .filter(|l| l.per_salt && l.evict.is_some())
+            .and_then(|l| l.index.clone())
     }
 
     /// The index, when this adapter has a fleet.

@@ -145,6 +145,24 @@ fn names(n: &[&str]) -> Vec<String> {
     n.iter().map(|s| s.to_string()).collect()
 }
 
+/// `node` tells the index a probe found `name`.
+async fn found(node: &Addr<FleetIndex>, name: &str, salt: &str, size: u64) {
+    node.send(FleetStored::found(vec![obj(name, salt, size)]))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+/// `node` locks `n` in the index.
+async fn lock(node: &Addr<FleetIndex>, n: &[&str]) -> Vec<FleetLock> {
+    node.send(FleetLockNames(names(n))).await.unwrap().unwrap()
+}
+
+/// `node` claims the deletion of `n`; the names granted.
+async fn claim(node: &Addr<FleetIndex>, n: &[&str]) -> Vec<String> {
+    node.send(FleetClaim(names(n))).await.unwrap().unwrap()
+}
+
 async fn usage(node: &Addr<FleetIndex>) -> FleetUsage {
     node.send(GetFleetUsage).await.unwrap().unwrap()
 }
@@ -190,22 +208,10 @@ async fn usage_is_one_total_for_every_node() {
 async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored::found(vec![obj("x", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
-    let locked = a
-        .send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "x", "", 100).await;
+    let locked = lock(&a, &["x"]).await;
     assert_eq!(locked, vec![FleetLock::Known(100)]);
-    assert!(b
-        .send(FleetClaim(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap()
-        .is_empty());
+    assert!(claim(&b, &["x"]).await.is_empty());
     assert!(b
         .send(FleetCandidates {
             limit: 10,
@@ -217,45 +223,18 @@ async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
         .is_empty());
 
     // Two nodes' locks are counted apart: a's unlock leaves b's.
-    b.send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&b, &["x"]).await;
     a.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
-    assert!(a
-        .send(FleetClaim(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap()
-        .is_empty());
+    assert!(claim(&a, &["x"]).await.is_empty());
     // An unlock of a name a node does not hold changes nothing.
     a.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
-    assert!(a
-        .send(FleetClaim(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap()
-        .is_empty());
+    assert!(claim(&a, &["x"]).await.is_empty());
     b.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
 
     // Claimed: no node locks it until it is released.
-    assert_eq!(
-        b.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
-        names(&["x"])
-    );
-    assert!(
-        a.send(FleetClaim(names(&["x"])))
-            .await
-            .unwrap()
-            .unwrap()
-            .is_empty(),
-        "one claim"
-    );
-    let refused = a
-        .send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(claim(&b, &["x"]).await, names(&["x"]));
+    assert!(claim(&a, &["x"]).await.is_empty(), "one claim");
+    let refused = lock(&a, &["x"]).await;
     assert_eq!(refused, vec![FleetLock::Deleting]);
     let u = b
         .send(FleetRelease {
@@ -266,11 +245,7 @@ async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
         .unwrap()
         .unwrap();
     assert_eq!((u.bytes, u.objects), (0, 0));
-    let after = a
-        .send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    let after = lock(&a, &["x"]).await;
     assert_eq!(
         after,
         vec![FleetLock::Unknown],
@@ -320,10 +295,7 @@ async fn eviction_candidates_follow_fleet_recency() {
         .unwrap();
     assert_eq!(order(c), names(&["b", "a", "c"]));
     // A locked name is skipped, and `limit` bounds the answer.
-    b.send(FleetLockNames(names(&["b"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&b, &["b"]).await;
     let c = a
         .send(FleetCandidates { limit: 1, scan: 10 })
         .await
@@ -340,14 +312,8 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
         node_with(&redis.url(), "a", ttl).await,
         node_with(&redis.url(), "b", ttl).await,
     );
-    a.send(FleetStored::found(vec![obj("x", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
-    a.send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "x", "", 100).await;
+    lock(&a, &["x"]).await;
     assert!(a.send(FleetLease(Lease::Evict)).await.unwrap().unwrap());
     assert!(
         !b.send(FleetLease(Lease::Evict)).await.unwrap().unwrap(),
@@ -357,12 +323,7 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
         a.send(FleetLease(Lease::Evict)).await.unwrap().unwrap(),
         "renewed by its holder"
     );
-    assert!(b
-        .send(FleetClaim(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap()
-        .is_empty());
+    assert!(claim(&b, &["x"]).await.is_empty());
 
     // `a` dies holding the lease and a lock: both lapse, and `b`'s heartbeat reaps them.
     a.send(Die).await.unwrap();
@@ -371,11 +332,7 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
     })
     .await;
     until("a's lock is released", || async {
-        !b.send(FleetClaim(names(&["x"])))
-            .await
-            .unwrap()
-            .unwrap()
-            .is_empty()
+        !claim(&b, &["x"]).await.is_empty()
     })
     .await;
     assert_eq!(b.send(GetFleetStatus).await.unwrap().nodes, 1);
@@ -385,21 +342,12 @@ async fn one_node_evicts_at_a_time_and_a_dead_nodes_lease_and_locks_lapse() {
 async fn a_node_that_restarts_with_its_id_drops_its_earlier_locks() {
     let redis = RedisServer::start();
     let a = node(&redis.url(), "a").await;
-    a.send(FleetStored::found(vec![obj("x", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
-    a.send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    found(&a, "x", "", 100).await;
+    lock(&a, &["x"]).await;
     a.send(Die).await.unwrap();
     // Long before its liveness lapses, the same node id joins again.
     let a = node(&redis.url(), "a").await;
-    assert_eq!(
-        a.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
-        names(&["x"])
-    );
+    assert_eq!(claim(&a, &["x"]).await, names(&["x"]));
 }
 
 fn writing(names: &[&str], bytes: u64) -> FleetWriting {
@@ -422,14 +370,8 @@ fn written(objects: Vec<FleetObject>, ended: &[&str], bytes: u64) -> FleetStored
 async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
-    a.send(FleetStored::found(vec![obj("x", "", 100)]))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        a.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap(),
-        names(&["x"])
-    );
+    found(&a, "x", "", 100).await;
+    assert_eq!(claim(&a, &["x"]).await, names(&["x"]));
     // b writes x again while a deletes it: b's PUT may land before a's DELETE.
     let u = b.send(writing(&["x"], 300)).await.unwrap().unwrap();
     assert_eq!((u.bytes, u.pending), (100, 300), "the write is pending");
@@ -452,11 +394,7 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
         (0, 0, 0),
         "not added: the store may not hold it"
     );
-    let l = b
-        .send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    let l = lock(&b, &["x"]).await;
     assert_eq!(l, vec![FleetLock::Unknown], "a lookup probes the store");
     b.send(FleetUnlock(names(&["x"]))).await.unwrap().unwrap();
     // The taint ends with the write: the next write of x is added, and a probe's find always is.
@@ -487,11 +425,8 @@ async fn a_dead_writers_pending_bytes_and_writes_lapse() {
     })
     .await;
     // x is no longer being written: a deletion of it taints nothing, and b's write of it counts.
-    b.send(FleetStored::found(vec![obj("x", "", 10)]))
-        .await
-        .unwrap()
-        .unwrap();
-    b.send(FleetClaim(names(&["x"]))).await.unwrap().unwrap();
+    found(&b, "x", "", 10).await;
+    claim(&b, &["x"]).await;
     b.send(FleetRelease {
         removed: names(&["x"]),
         kept: vec![],
@@ -515,14 +450,6 @@ fn round(capacity: u64) -> FleetRound {
         ratio: 0.2,
         per_salt: false,
     }
-}
-
-/// `node` tells the index a probe found `name`.
-async fn found(node: &Addr<FleetIndex>, name: &str, salt: &str, size: u64) {
-    node.send(FleetStored::found(vec![obj(name, salt, size)]))
-        .await
-        .unwrap()
-        .unwrap();
 }
 
 /// `node` releases its claims of `removed`, deleted, and gives the eviction lease up.
@@ -561,10 +488,7 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
     // 10 more being written make 100 landing: a round of what brings it back under the
     // capacity (at least 1), though the known objects are under the watermark.
     b.send(writing(&["w"], 10)).await.unwrap().unwrap();
-    b.send(FleetLockNames(names(&["k0"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&b, &["k0"]).await;
     assert_eq!(
         claimed(a.send(round(100)).await.unwrap().unwrap()),
         names(&["k1"]),
@@ -639,10 +563,7 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
     // sa: 30 of 0.8 x 100: not due. sb: 30 of 0.8 x 20 = 16: due, its victims only, least
     // recent first, the locked one skipped: floor(3 x 0.2) = 0 plus the 14 bytes over the
     // mark at 10 bytes each: 2.
-    a.send(FleetLockNames(names(&["b0"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&a, &["b0"]).await;
     assert_eq!(
         claimed(b.send(salted_round()).await.unwrap().unwrap()),
         names(&["b1", "b2"])
@@ -691,10 +612,7 @@ async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
     let redis = RedisServer::start();
     let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
     found(&a, "x", "", 100).await;
-    a.send(FleetLockNames(names(&["x"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&a, &["x"]).await;
     cut_connections(&redis);
     until("a notices the cut", || async {
         a.send(GetFleetUsage).await.unwrap().is_err()
@@ -706,11 +624,7 @@ async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
     })
     .await;
     assert!(
-        b.send(FleetClaim(names(&["x"])))
-            .await
-            .unwrap()
-            .unwrap()
-            .is_empty(),
+        claim(&b, &["x"]).await.is_empty(),
         "a's lock survived its reconnection"
     );
 }
@@ -785,10 +699,7 @@ async fn a_listing_adds_what_the_index_lacks_and_forgets_what_it_did_not_see() {
         .unwrap();
     assert_eq!(added, 1);
     // Locked: kept, though unseen.
-    b.send(FleetLockNames(names(&["y"])))
-        .await
-        .unwrap()
-        .unwrap();
+    lock(&b, &["y"]).await;
     let u = a.send(FleetSyncEnd { start }).await.unwrap().unwrap();
     assert_eq!(
         (u.bytes, u.objects),
