@@ -54,6 +54,7 @@ pub const ENV_VARS: &[&str] = &[
     "KVTIER_FLEET__INDEX",
     "KVTIER_FLEET__NODE_ID",
     "KVTIER_FLEET__LISTING_INTERVAL_SECS",
+    "KVTIER_FLEET__LANDING_MARK",
     "KVTIER_L2_ADAPTER",
     "KVTIER_METRICS",
 ];
@@ -637,6 +638,11 @@ fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
         .is_some_and(|id| id.trim().is_empty())
     {
         return Err(err("node_id", "must not be empty".into()));
+    }
+    if let Some(m) = fleet.landing_mark {
+        if !(m > 0.0 && m <= 1.0) {
+            return Err(err("landing_mark", format!("must be in (0, 1], got {m}")));
+        }
     }
     Ok(fleet)
 }

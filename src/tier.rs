@@ -486,28 +486,27 @@ impl Tier {
     }
 }
 
-/// Where an adapter's storage comes from.
-/// Fleet eviction is LRU by the fleet's recency, or `IsolatedLRU` with the fleet's quotas
-/// (docs/fleet.md). Other policies are accepted, with a warning that they apply only without
-/// `[fleet]`.
+/// Fleet eviction runs every policy over the index (docs/fleet.md): `LRU`, `ARC` and
+/// `IsolatedLRU` with LMCache's rules, `FLRU` by its priority with new keys placed at their
+/// touch. FLRU's shadows are one process's learning; an `eviction.flru_admission` on a fleet
+/// adapter is accepted with a warning that it applies only without `[fleet]`.
 fn fleet_policies(slots: &[(&CommonConfig, Slot<'_>)], identities: &[Option<String>]) {
     use kvtier_actors::config::EvictionPolicy;
     for (index, ((common, slot), identity)) in slots.iter().zip(identities).enumerate() {
         let (Some(_), Some(eviction), Slot::Spec(_)) = (identity, &common.eviction, slot) else {
             continue;
         };
-        match eviction.eviction_policy {
-            EvictionPolicy::Lru | EvictionPolicy::IsolatedLru | EvictionPolicy::Noop => {}
-            other => tracing::warn!(
+        if eviction.eviction_policy == EvictionPolicy::Flru && eviction.flru_admission.is_some() {
+            tracing::warn!(
                 adapter = index,
-                policy = ?other,
-                "fleet eviction is LRU by the fleet's recency; this adapter's eviction_policy \
-                 applies only without [fleet]"
-            ),
+                "fleet FLRU orders by FLRU's priority with new keys placed at their touch; \
+                 eviction.flru_admission applies only without [fleet]"
+            );
         }
     }
 }
 
+/// Where an adapter's storage comes from.
 enum Slot<'a> {
     /// Opened from its configuration at start.
     Spec(&'a AdapterSpec),

@@ -346,6 +346,52 @@ async fn isolated_lru_quotas_are_the_fleets() {
     b.close().await;
 }
 
+/// Every policy evicts over the fleet by its own order, kept in the index from every node's
+/// stores and hits: node `a` stores 50 objects and looks the first one up three times; node
+/// `b` then stores 100 more. `LRU` lets that key go with the rest of `a`'s (its hits are older
+/// than `b`'s stores); `ARC` keeps it (seen again: `T2`, while `T1` goes first); `FLRU`
+/// keeps it (its uses put it ahead of objects used once).
+#[actix_rt::test]
+async fn every_policy_evicts_by_its_own_order_over_the_fleet() {
+    for (policy, kept) in [
+        (EvictionPolicy::Lru, false),
+        (EvictionPolicy::Arc, true),
+        (EvictionPolicy::Flru, true),
+    ] {
+        let redis = RedisServer::start();
+        let dir = tempfile::tempdir().unwrap();
+        let config = |id: &str| {
+            TierConfig::default()
+                .adapter(
+                    AdapterConfig::fs(dir.path())
+                        .capacity_gb(CAPACITY as f64 / GIB)
+                        .eviction(EvictionConfig::with_policy(policy)),
+                )
+                .eviction_interval(Duration::from_millis(50))
+                .fleet(FleetConfig::new(redis.url()).node_id(id))
+        };
+        let (a, b) = (started(&config("a")).await, started(&config("b")).await);
+        store(&a, 0..50).await;
+        for _ in 0..3 {
+            assert!(a.lookup_and_lock(vec![key(0)]).await.unwrap().all());
+            a.unlock(vec![key(0)]);
+        }
+        store(&b, 1000..1100).await;
+        until("the bucket is under its capacity", || async {
+            bucket_bytes(dir.path()) <= CAPACITY
+        })
+        .await;
+        let found = a.lookup_and_lock(vec![key(0)]).await.unwrap().all();
+        assert_eq!(found, kept, "{policy:?}");
+        assert!(
+            !a.lookup_and_lock(vec![key(1)]).await.unwrap().all(),
+            "{policy:?}: an object used once goes"
+        );
+        a.close().await;
+        b.close().await;
+    }
+}
+
 /// `[fleet]` in the file and the environment; errors name the field and never quote the URL.
 #[test]
 fn fleet_is_configured_like_the_rest() {
@@ -366,6 +412,7 @@ fn fleet_is_configured_like_the_rest() {
     let env = [
         ("KVTIER_FLEET__INDEX", "rediss://h:6380"),
         ("KVTIER_FLEET__LISTING_INTERVAL_SECS", "0"),
+        ("KVTIER_FLEET__LANDING_MARK", "0.95"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
     let config =
@@ -373,6 +420,20 @@ fn fleet_is_configured_like_the_rest() {
     let fleet = config.fleet.unwrap();
     assert_eq!(fleet.index.expose(), "rediss://h:6380");
     assert_eq!(fleet.listing_interval_secs, 0, "the environment wins");
+    assert_eq!(fleet.landing_mark, Some(0.95));
+    assert_eq!(
+        FleetConfig::new("redis://h").landing_mark,
+        None,
+        "default: from the watermark"
+    );
+
+    std::fs::write(
+        &file,
+        "[fleet]\nindex = \"redis://h\"\nlanding_mark = 1.5\n",
+    )
+    .unwrap();
+    let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
+    assert!(err.to_string().contains("fleet.landing_mark"), "{err}");
 
     std::fs::write(&file, "[fleet]\nindex = \"http://:secret@h\"\n").unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();

@@ -184,7 +184,7 @@ impl<'de> Deserialize<'de> for Quotas {
 /// `[fleet]`: the index that many kvtier processes on one bucket share (Redis or Valkey), so that
 /// together they behave as one adapter: one usage and capacity, locks no node's eviction
 /// breaks, fleet-wide recency and one evicting node at a time. Absent: each process is alone.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct FleetConfig {
@@ -201,6 +201,13 @@ pub struct FleetConfig {
     /// when a node finds the index empty while it holds objects.
     #[serde(default = "default_listing_interval")]
     pub listing_interval_secs: u64,
+    /// The share of each adapter's capacity under which eviction rounds keep the bytes
+    /// *landing* (the objects stored plus the bytes being written); in (0, 1]. The gap to 1 is
+    /// room for deletions in flight, which the bucket still holds. Default: halfway between the
+    /// adapter's `trigger_watermark` and 1 (0.9 for 0.8). Lower keeps the bucket's peak lower
+    /// and costs hits; 1 runs the bucket fullest (docs/fleet.md, "Eviction rounds").
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub landing_mark: Option<f64>,
 }
 
 fn default_listing_interval() -> u64 {
@@ -214,7 +221,16 @@ impl FleetConfig {
             index: Secret::new(url),
             node_id: None,
             listing_interval_secs: default_listing_interval(),
+            landing_mark: None,
         }
+    }
+
+    /// Sets the share of the capacity under which rounds keep the bytes landing (see
+    /// [`FleetConfig::landing_mark`]).
+    #[must_use]
+    pub fn landing_mark(mut self, share: f64) -> Self {
+        self.landing_mark = Some(share);
+        self
     }
 
     /// Sets the period of the bucket listing that corrects the index (0: off).

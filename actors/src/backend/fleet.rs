@@ -52,6 +52,8 @@ pub(super) struct FleetLink {
     pub(super) usage: Option<FleetUsage>,
     /// Watermark and ratio of fleet eviction (`None`: this adapter does not evict).
     evict: Option<(f64, f64)>,
+    /// `fleet.landing_mark`, if set (else [`landing_mark`] of the watermark).
+    landing: Option<f64>,
     /// `IsolatedLRU`: rounds go salt by salt against the fleet's quotas.
     per_salt: bool,
     /// Period of the usage refresh and eviction check.
@@ -84,11 +86,22 @@ impl FleetLink {
                 timeout: std::time::Duration::from_secs(2),
                 metrics: crate::metrics::AdapterMetrics::off(),
                 quotas: eviction.map(|e| e.quotas.clone()).unwrap_or_default(),
+                order: eviction.and_then(|e| match e.eviction_policy {
+                    EvictionPolicy::Flru => Some(FleetOrder::Flru {
+                        bonus: e
+                            .flru_bonus_per_use
+                            .unwrap_or(crate::eviction::FLRU_BONUS_PER_USE),
+                    }),
+                    EvictionPolicy::Arc => Some(FleetOrder::Arc),
+                    EvictionPolicy::Lru | EvictionPolicy::IsolatedLru => Some(FleetOrder::Lru),
+                    EvictionPolicy::Noop => None,
+                }),
             }),
             index: None,
             held: KeyMap::default(),
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
+            landing: config.landing_mark,
             per_salt: eviction.is_some_and(|e| e.eviction_policy == EvictionPolicy::IsolatedLru),
             interval,
             rounds: 0,
@@ -137,7 +150,7 @@ impl Handler<FleetEvict> for BackendActor {
             }
         }
         if !kept.is_empty() {
-            self.fleet_release_names(Vec::new(), kept, ctx);
+            self.fleet_release_names(Vec::new(), kept, false, ctx);
         }
         let metrics = self.metrics.clone();
         self.delete_claimed(keys, sizes, DeleteCause::Evicted, ctx, move |removed| {
@@ -489,7 +502,8 @@ impl BackendActor {
 
     /// Starts a fleet eviction round when usage, as this node last read it, says one is due
     /// (the objects the index knows reached the watermark, or with the bytes being written
-    /// they reach the capacity), unless [`MAX_ROUNDS`] of this node's rounds are in flight. The round's script decides with
+    /// they reach the [`landing_mark`]), unless [`MAX_ROUNDS`] of this node's rounds are in
+    /// flight. The round's script decides with
     /// the index's figures at that moment, so an extra attempt costs one round trip.
     fn fleet_check(&mut self, ctx: &mut Context<Self>) {
         let capacity = self.capacity_bytes;
@@ -509,7 +523,8 @@ impl BackendActor {
         } else {
             capacity > 0
                 && (usage.bytes as f64 >= watermark * capacity as f64
-                    || usage.bytes + usage.pending >= capacity)
+                    || (usage.bytes + usage.pending) as f64
+                        >= link.landing.unwrap_or(landing_mark(watermark)) * capacity as f64)
         };
         if link.rounds >= MAX_ROUNDS || !due {
             return;
@@ -542,6 +557,7 @@ impl BackendActor {
             watermark,
             ratio,
             per_salt: link.per_salt,
+            ahead: link.landing.unwrap_or(landing_mark(watermark)),
         };
         let round = async move {
             let started = std::time::Instant::now();
@@ -615,18 +631,19 @@ impl BackendActor {
         )
     }
 
-    /// Ends claims: `gone` are no longer in the store, `kept` are.
+    /// Ends claims: `gone` are no longer in the store (removed for `cause`), `kept` are.
     pub(super) fn fleet_release(
         &mut self,
         gone: Vec<ObjectKey>,
         kept: Vec<ObjectKey>,
+        cause: DeleteCause,
         ctx: &mut Context<Self>,
     ) {
         if self.fleet.is_none() {
             return;
         }
         let (gone, kept) = (self.names(&gone), self.names(&kept));
-        self.fleet_release_names(gone, kept, ctx);
+        self.fleet_release_names(gone, kept, cause == DeleteCause::Evicted, ctx);
     }
 
     /// [`fleet_release`](Self::fleet_release) by object name.
@@ -634,12 +651,17 @@ impl BackendActor {
         &mut self,
         removed: Vec<String>,
         kept: Vec<String>,
+        evicted: bool,
         ctx: &mut Context<Self>,
     ) {
         let Some(index) = self.fleet_index() else {
             return;
         };
-        let msg = FleetRelease { removed, kept };
+        let msg = FleetRelease {
+            removed,
+            kept,
+            evicted,
+        };
         ctx.spawn(wrap_future::<_, Self>(index.send(msg)).map(|res, act, _| {
             if let (Ok(Ok(usage)), Some(link)) = (res, act.fleet.as_mut()) {
                 act.metrics.fleet_usage(usage.bytes);

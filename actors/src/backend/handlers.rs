@@ -645,7 +645,7 @@ impl BackendActor {
                         keys.iter().zip(&results).partition(|(_, r)| r.is_ok());
                     let gone = gone.into_iter().map(|(k, _)| k.clone()).collect();
                     let kept = kept.into_iter().map(|(k, _)| k.clone()).collect();
-                    act.fleet_release(gone, kept, ctx);
+                    act.fleet_release(gone, kept, cause, ctx);
                 }
                 let removed = act.finish_delete(keys.clone(), results, &index_sizes, cause);
                 started.outcome(removed.len(), 0);

@@ -98,7 +98,7 @@ use crate::messages::{DeleteCause, EvictGroup};
 
 /// The default bonus of one use beyond the first, in capacities of clock (see the module
 /// docs; `eviction.flru_bonus_per_use` changes it).
-pub(super) const BONUS_PER_USE: f64 = 0.4;
+pub(crate) const BONUS_PER_USE: f64 = 0.4;
 
 /// The largest use count that earns a bonus: a key used this often is as safe as it gets, so a
 /// key that was hot once and then never again leaves after at most

@@ -138,8 +138,8 @@ pub(crate) struct FleetCandidates {
 /// exact rule). The objects the index knows, less those claimed by rounds in flight, are
 /// *stored*; with the bytes nodes are writing they are *landing*. A round is due when stored
 /// reaches `watermark × capacity` (LMCache's rule: `floor(objects × ratio)` plus what brings
-/// it back to the watermark) or landing reaches the capacity (at least what brings it back
-/// under). When one is due and no other node holds the eviction lease, the script takes the
+/// it back to the watermark) or landing reaches `ahead × capacity` (at least what brings it
+/// back under). When one is due and no other node holds the eviction lease, the script takes the
 /// lease and claims the victims by fleet recency. Usage is read in the same script as the
 /// claims, so a round's size follows every node's stores and writes up to that moment. The
 /// holder gives the lease up with [`FleetLeaseRelease`] when its rounds end.
@@ -152,6 +152,20 @@ pub(crate) struct FleetRound {
     /// `IsolatedLRU`: each cache salt against its quota in the index (none: 0, LMCache's
     /// allowlist rule), victims by that salt's own fleet recency; `capacity` plays no part.
     pub(crate) per_salt: bool,
+    /// The share of the capacity the bytes landing are kept under (`fleet.landing_mark`, by
+    /// default [`landing_mark`]).
+    pub(crate) ahead: f64,
+}
+
+/// The share of the capacity under which a fleet's rounds keep the bytes *landing* (stored
+/// plus being written) unless `fleet.landing_mark` says otherwise: halfway between the
+/// watermark and the capacity. Not the capacity
+/// itself, because a claimed object counts as freed from its claim while the bucket holds it
+/// until its DELETE completes; the margin is room for the deletes in flight, so the bucket
+/// itself stays near the single node's peak (docs/fleet.md, "Eviction rounds", has the
+/// figures).
+pub(crate) fn landing_mark(watermark: f64) -> f64 {
+    (1.0 + watermark.min(1.0)) / 2.0
 }
 
 /// Sets (`Some`) or removes (`None`) the fleet's `IsolatedLRU` quota of a cache salt; replies
@@ -189,6 +203,8 @@ pub(crate) struct FleetClaim(pub(crate) Vec<String>);
 pub(crate) struct FleetRelease {
     pub(crate) removed: Vec<String>,
     pub(crate) kept: Vec<String>,
+    /// The removal was an eviction round's (ARC keeps the ghosts of evicted objects only).
+    pub(crate) evicted: bool,
 }
 
 /// Forgets names a load found missing from the store. Replies with the fleet's usage.

@@ -31,7 +31,8 @@
 //!   is in the store because of a write that a deletion may have removed: a lookup probes the
 //!   store for it instead.
 //! - **Recency** is one logical clock for the fleet (a counter on the server): stores and lookup
-//!   hits of every node tick it, and eviction candidates come least recent first.
+//!   hits of every node tick it, and eviction candidates come in the bucket's [`FleetOrder`]
+//!   (least recent first for LRU), whose state the same scripts update.
 //!
 //! The index is a cache of the bucket, never the truth: an object it does not know is probed
 //! in the store, and an object it knows that a load finds missing is forgotten
@@ -78,6 +79,43 @@ pub(crate) struct IndexConfig {
     /// This node's configured `IsolatedLRU` quotas, given to the index at each join for the
     /// salts it has none for.
     pub(crate) quotas: crate::config::Quotas,
+    /// The eviction order this node gives the index at each join (the last evicting node to
+    /// join decides the fleet's); `None` for a node that does not evict, which leaves it.
+    pub(crate) order: Option<FleetOrder>,
+}
+
+/// The order in which a fleet's rounds take victims, one per bucket, kept in the index
+/// (`order`). Every store and lookup hit of any node scores the object in the fleet's
+/// `recency` set by it; a round takes the lowest scores.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum FleetOrder {
+    /// The tick of the last store or lookup hit (`LRU`, and `IsolatedLRU`, whose rounds use
+    /// each salt's recency).
+    Lru,
+    /// `FLRU`'s priority in its LRU placement: the tick of the last use plus
+    /// `bonus × capacity × (uses − 1)`, where `capacity` is the most objects the index has
+    /// known at once and `uses` (at most 16) survives an object's eviction in a history of
+    /// `max(4096, 16 × capacity)` to `2 ×` that many names (see crate::eviction's FLRU).
+    Flru {
+        /// `eviction.flru_bonus_per_use`.
+        bonus: f64,
+    },
+    /// LMCache's ARC over the fleet: `t1`/`t2` (resident, seen once or again, by tick),
+    /// `b1`/`b2` (ghosts of objects rounds evicted), and the target `arc_p`, all in the
+    /// index with LMCache's rules (see crate::eviction's ARC); the capacity in objects is the
+    /// most objects the index has known at once.
+    Arc,
+}
+
+impl FleetOrder {
+    /// The order as the index stores it.
+    fn wire(self) -> String {
+        match self {
+            Self::Lru => "lru".into(),
+            Self::Flru { bonus } => format!("flru:{bonus}"),
+            Self::Arc => "arc".into(),
+        }
+    }
 }
 
 /// The fleet index actor of one adapter. See the module docs.
@@ -259,6 +297,7 @@ impl FleetIndex {
             .flat_map(|(salt, limit)| [salt.clone(), limit.to_string()])
             .collect();
         let name = client_name(&node);
+        let order = self.config.order.map(FleetOrder::wire).unwrap_or_default();
         let call = async move {
             // The connection carries the node's name, so `CLIENT LIST` tells the nodes apart
             // (for operators, and for a test that cuts one node off). A server or proxy that
@@ -275,14 +314,25 @@ impl FleetIndex {
                 .arg(node)
                 .arg(ttl)
                 .arg(fresh)
+                .arg(&order)
                 .arg(quotas)
-                .invoke_async::<i64>(&mut conn)
+                .invoke_async::<(i64, String)>(&mut conn)
                 .await
+                .map(|(n, before)| (n, before, order))
         };
         ctx.spawn(wrap_future(call).map(|res, act: &mut Self, _| {
             act.connecting = false;
             match res {
-                Ok(n) => {
+                Ok((n, before, order)) => {
+                    if !order.is_empty() && before != order {
+                        tracing::warn!(
+                            node = %act.config.node,
+                            %before,
+                            now = %order,
+                            "fleet: this node changed the bucket's eviction order; every node \
+                             on one bucket should have one eviction policy"
+                        );
+                    }
                     act.status.joined = true;
                     act.status.reason = None;
                     act.status.nodes = n.max(0) as u64;
@@ -526,6 +576,7 @@ impl Handler<FleetRound> for FleetIndex {
             msg.watermark.to_string(),
             msg.ratio.to_string(),
             if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
+            msg.ahead.to_string(),
         ];
         self.run(|s| &s.round, args, parse_round)
     }
@@ -559,7 +610,11 @@ impl Handler<FleetRelease> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
 
     fn handle(&mut self, msg: FleetRelease, _: &mut Self::Context) -> Self::Result {
-        let mut args = vec![self.config.node.clone(), msg.removed.len().to_string()];
+        let mut args = vec![
+            self.config.node.clone(),
+            u8::from(msg.evicted).to_string(),
+            msg.removed.len().to_string(),
+        ];
         args.extend(msg.removed);
         args.extend(msg.kept);
         self.run(|s| &s.release, args, parse_usage)

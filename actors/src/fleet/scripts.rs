@@ -16,9 +16,20 @@
 //!   unsalted objects), `pending:NODE` → bytes that node is writing (dropped with the
 //!   node when it is reaped), and `quota:SALT` → the fleet's `IsolatedLRU` quota of a salt.
 //! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
-//! - `recency` (sorted set): object name → the tick of its last store or lookup hit;
-//!   `srec:SALT` (sorted set): the same for the objects of one cache salt (`srec:` for
-//!   unsalted ones), from which `IsolatedLRU` rounds take one salt's victims.
+//! - `order` (string): the fleet's eviction order (`lru`, `flru:BONUS` or `arc`), written by
+//!   each join; `peak` (integer): the most objects the index has known at once (the
+//!   capacity in objects of `FLRU` and `ARC`).
+//! - `recency` (sorted set): object name → its eviction score, lowest first: the tick of its
+//!   last store or lookup hit, or under `flru:BONUS` FLRU's priority
+//!   `tick + BONUS × peak × (uses − 1)`; `srec:SALT` (sorted set): the tick of the last store
+//!   or hit of the objects of one cache salt (`srec:` for unsalted ones), from which
+//!   `IsolatedLRU` rounds take one salt's victims and a listing tells what was touched.
+//! - `FLRU`: `uses` (hash): object name → its uses (stores and hits, at most 16); `hist` and
+//!   `hist_old` (hashes): the uses of forgotten names, in two generations of
+//!   `max(4096, 16 × peak)` names, taken back when a name is stored again.
+//! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
+//!   (sorted sets): the ghosts of objects evicted from each, trimmed so `|t1| + |b1| <= peak`
+//!   and all four `<= 2 × peak`; `arc_p`: the target size of `t1`.
 //! - `locks` (hash): object name → lock count over every live node.
 //! - `held:NODE` (hash): object name → that node's lock count.
 //! - `deleting` (hash): object name → the node that claimed its deletion.
@@ -50,7 +61,10 @@ local function now_ms()
 end
 local function add_usage(salt, delta, objects)
   redis.call('HINCRBY', p..'usage', 'bytes', delta)
-  redis.call('HINCRBY', p..'usage', 'objects', objects)
+  local n = redis.call('HINCRBY', p..'usage', 'objects', objects)
+  if objects > 0 and n > tonumber(redis.call('GET', p..'peak') or '0') then
+    redis.call('SET', p..'peak', n)
+  end
   if redis.call('HINCRBY', p..'usage', 'salt:'..salt, delta) <= 0 then
     redis.call('HDEL', p..'usage', 'salt:'..salt)
   end
@@ -58,11 +72,98 @@ end
 local function tick()
   return redis.call('INCR', p..'clock')
 end
-local function refresh(name, salt, at)
-  redis.call('ZADD', p..'recency', at, name)
+local kind, bonus = nil, nil
+local function order()
+  if kind == nil then
+    local o = redis.call('GET', p..'order') or 'lru'
+    if string.sub(o, 1, 5) == 'flru:' then
+      kind, bonus = 'flru', tonumber(string.sub(o, 6))
+    else
+      kind = o
+    end
+  end
+  return kind
+end
+local function peak()
+  return math.max(1, tonumber(redis.call('GET', p..'peak') or '1'))
+end
+local function history_take(name)
+  local uses = redis.call('HGET', p..'hist', name) or redis.call('HGET', p..'hist_old', name)
+  if uses then
+    redis.call('HDEL', p..'hist', name)
+    redis.call('HDEL', p..'hist_old', name)
+    return tonumber(uses)
+  end
+  return 0
+end
+local function history_put(name, uses)
+  local limit = math.max(4096, 16 * peak())
+  if redis.call('HLEN', p..'hist') >= limit then
+    redis.call('RENAME', p..'hist', p..'hist_old')
+  end
+  redis.call('HSET', p..'hist', name, uses)
+end
+local function arc_trim()
+  local c = peak()
+  local t1, b1 = redis.call('ZCARD', p..'t1'), redis.call('ZCARD', p..'b1')
+  if t1 + b1 > c and b1 > 0 then
+    redis.call('ZPOPMIN', p..'b1', math.min(b1, t1 + b1 - c))
+  end
+  local all = redis.call('ZCARD', p..'t1') + redis.call('ZCARD', p..'t2')
+    + redis.call('ZCARD', p..'b1') + redis.call('ZCARD', p..'b2')
+  if all > 2 * c then
+    local popped = #redis.call('ZPOPMIN', p..'b2', all - 2 * c) / 2
+    if all - 2 * c > popped then redis.call('ZPOPMIN', p..'b1', all - 2 * c - popped) end
+  end
+end
+local function arc_refresh(name, at, used)
+  if redis.call('ZSCORE', p..'t2', name) or (used and redis.call('ZREM', p..'t1', name) == 1) then
+    redis.call('ZADD', p..'t2', at, name)
+  elseif not used then
+    redis.call('ZADD', p..'t1', at, name)
+  else
+    local b1, b2 = redis.call('ZCARD', p..'b1'), redis.call('ZCARD', p..'b2')
+    local target = tonumber(redis.call('GET', p..'arc_p') or '0')
+    if redis.call('ZREM', p..'b1', name) == 1 then
+      redis.call('SET', p..'arc_p', math.min(peak(), target + math.max(1, b2 / b1)))
+      redis.call('ZADD', p..'t2', at, name)
+    elseif redis.call('ZREM', p..'b2', name) == 1 then
+      redis.call('SET', p..'arc_p', math.max(0, target - math.max(1, b1 / b2)))
+      redis.call('ZADD', p..'t2', at, name)
+    else
+      redis.call('ZADD', p..'t1', at, name)
+    end
+    arc_trim()
+  end
+end
+local function refresh(name, salt, at, used)
+  local score = at
+  if order() == 'flru' and used then
+    local uses = tonumber(redis.call('HGET', p..'uses', name) or '0')
+    if uses == 0 then uses = history_take(name) end
+    uses = math.min(16, uses + 1)
+    redis.call('HSET', p..'uses', name, uses)
+    score = at + bonus * peak() * (uses - 1)
+  elseif order() == 'arc' then
+    arc_refresh(name, at, used)
+  end
+  redis.call('ZADD', p..'recency', score, name)
   redis.call('ZADD', p..'srec:'..salt, at, name)
 end
-local function forget(name)
+-- Drops an object's ARC lists; one its round evicted leaves a ghost of the list it was in.
+local function arc_forget(name, evicted)
+  local in_t1 = redis.call('ZREM', p..'t1', name) == 1
+  local in_t2 = redis.call('ZREM', p..'t2', name) == 1
+  if evicted and (in_t1 or in_t2) then
+    redis.call('ZADD', p..(in_t1 and 'b1' or 'b2'), redis.call('GET', p..'clock') or 0, name)
+    arc_trim()
+  else
+    redis.call('ZREM', p..'b1', name)
+    redis.call('ZREM', p..'b2', name)
+  end
+end
+local function forget(name, evicted)
+  if order() == 'arc' then arc_forget(name, evicted) end
   local size = redis.call('HGET', p..'size', name)
   if size then
     local salt = redis.call('HGET', p..'salt', name) or ''
@@ -72,6 +173,11 @@ local function forget(name)
     redis.call('ZREM', p..'srec:'..salt, name)
   end
   redis.call('ZREM', p..'recency', name)
+  local uses = redis.call('HGET', p..'uses', name)
+  if uses then
+    redis.call('HDEL', p..'uses', name)
+    history_put(name, uses)
+  end
 end
 local function claim(node, name)
   redis.call('HSET', p..'deleting', name, node)
@@ -134,20 +240,25 @@ end
 
 /// The script sources after the prelude.
 const JOIN: &str = r#"
--- ARGV: p, node, ttl_ms, fresh, quotas. A process's first join (`fresh` = 1) drops what an earlier
--- process with its id held; a join again after a lost connection keeps what this process
--- holds (its locks are still its own; if it was reaped meanwhile, they are gone already).
+-- ARGV: p, node, ttl_ms, fresh, order, quotas. A process's first join (`fresh` = 1) drops what
+-- an earlier process with its id held; a join again after a lost connection keeps what this
+-- process holds (its locks are still its own; if it was reaped meanwhile, they are gone
+-- already). `order` (`lru`, `flru:BONUS` or `arc`; empty for a node that does not evict)
+-- becomes the fleet's eviction order: the last evicting node to join decides. Returns
+-- {live nodes, the order before}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local now = now_ms()
 if ARGV[4] == '1' then drop_node(node) end
+local before = redis.call('GET', p..'order') or ARGV[5]
+if ARGV[5] ~= '' then redis.call('SET', p..'order', ARGV[5]) end
 -- Then (salt, limit) pairs: this node's configured IsolatedLRU quotas, for salts the fleet
 -- has none for yet (a quota set at run time, by any node, stays).
-for i = 5, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   redis.call('HSETNX', p..'usage', 'quota:'..ARGV[i], ARGV[i + 1])
 end
 redis.call('ZADD', p..'nodes', now + ttl, node)
 reap(now)
-return redis.call('ZCARD', p..'nodes')
+return {redis.call('ZCARD', p..'nodes'), before}
 "#;
 
 const BEAT: &str = r#"
@@ -183,7 +294,7 @@ for i = 7 + n - 1, #ARGV, 3 do
     redis.call('HSET', p..'size', name, size)
     if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
     add_usage(salt, size, 1)
-    refresh(name, salt, tick())
+    refresh(name, salt, tick(), true)
   end
 end
 for i = 6, 6 + n - 1 do
@@ -232,7 +343,7 @@ for i = 3, #ARGV do
     redis.call('HINCRBY', p..'held:'..node, name, 1)
     local size = redis.call('HGET', p..'size', name)
     if size then
-      refresh(name, redis.call('HGET', p..'salt', name) or '', tick())
+      refresh(name, redis.call('HGET', p..'salt', name) or '', tick(), true)
       out[#out + 1] = tonumber(size)
     else
       out[#out + 1] = 0
@@ -262,7 +373,7 @@ const TOUCH: &str = r#"
 -- ARGV: p, names. Refreshes the recency of the names the index knows.
 for i = 2, #ARGV do
   if redis.call('HEXISTS', p..'size', ARGV[i]) == 1 then
-    refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick())
+    refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick(), true)
   end
 end
 return 0
@@ -309,15 +420,15 @@ return out
 
 const ROUND: &str = r#"
 -- ARGV: p, node, ttl_ms, capacity, watermark, ratio, policy (`per_salt`: IsolatedLRU, below;
--- else by capacity). Starts an eviction round, atomically.
+-- else by capacity), ahead. Starts an eviction round, atomically.
 -- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
 -- `landing` adds the bytes live nodes are writing. When `stored` is under
--- `watermark x capacity` and `landing` under the capacity: returns {0}. When another node
+-- `watermark x capacity` and `landing` under `ahead x capacity`: returns {0}. When another node
 -- holds the eviction lease: {-1}. Else takes (or renews) the lease for ttl_ms and claims the
 -- round's victims, the least recent names no node locks or deletes (among the
 -- 4 x limit + 64 least recent): LMCache's `floor(objects x ratio)` plus what brings `stored`
 -- back to the watermark when `stored` reached it; and at least what brings `landing` back
--- under the capacity; at least 1. Returns {1, name, size, ...}.
+-- under `ahead x capacity`; at least 1. Returns {1, name, size, ...}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local capacity, watermark, ratio = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local function take(set, limit, skip, out)
@@ -331,6 +442,43 @@ local function take(set, limit, skip, out)
       taken = taken + 1
     end
   end
+end
+-- ARC (LMCache's rule): from T1 while its size, less what rounds in flight claimed from it,
+-- is at least the target `arc_p`, else from T2; the other list when one runs out.
+local function arc_take(limit, deleting, out)
+  local window = 4 * limit + 63 + #deleting
+  local lists = {redis.call('ZRANGE', p..'t1', 0, window), redis.call('ZRANGE', p..'t2', 0, window)}
+  local at = {1, 1}
+  local t1 = redis.call('ZCARD', p..'t1')
+  for _, name in ipairs(deleting) do
+    if redis.call('ZSCORE', p..'t1', name) then t1 = t1 - 1 end
+  end
+  local target = math.floor(math.min(tonumber(redis.call('GET', p..'arc_p') or '0'), peak()))
+  local function next_free(l)
+    local list = lists[l]
+    while at[l] <= #list do
+      local name = list[at[l]]
+      at[l] = at[l] + 1
+      if free(name) then return name end
+    end
+    return nil
+  end
+  for _ = 1, limit do
+    local name = nil
+    if t1 >= target then name = next_free(1) end
+    if name then t1 = t1 - 1 else name = next_free(2) end
+    if not name then
+      name = next_free(1)
+      if name then t1 = t1 - 1 end
+    end
+    if not name then break end
+    claim(node, name)
+    out[#out + 1] = name
+    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+    limit = limit - 1
+  end
+  -- Objects in neither list (stored while the fleet had another order) go by recency.
+  if limit > 0 then take(p..'recency', limit, #deleting, out) end
 end
 if ARGV[7] == 'per_salt' then
   -- IsolatedLRU: each salt against its own quota (none: 0, LMCache's allowlist rule); a
@@ -378,8 +526,8 @@ for _, name in ipairs(deleting) do
 end
 local stored = known - claimed
 local landing = stored + pending_total()
-local mark = watermark * capacity
-if capacity <= 0 or (stored < mark and landing < capacity) then return {0} end
+local mark, ahead = watermark * capacity, tonumber(ARGV[8]) * capacity
+if capacity <= 0 or (stored < mark and landing < ahead) then return {0} end
 local holder = redis.call('GET', p..'lease')
 if holder and holder ~= node then return {-1} end
 redis.call('SET', p..'lease', node, 'PX', ttl)
@@ -389,11 +537,15 @@ local limit = 0
 if stored >= mark then
   limit = math.floor((objects - #deleting) * ratio) + math.ceil((stored - mark) / average)
 end
-if landing >= capacity then
-  limit = math.max(limit, math.ceil((landing - capacity) / average))
+if landing >= ahead then
+  limit = math.max(limit, math.ceil((landing - ahead) / average))
 end
 local out = {1}
-take(p..'recency', math.max(1, limit), #deleting, out)
+if order() == 'arc' then
+  arc_take(math.max(1, limit), deleting, out)
+else
+  take(p..'recency', math.max(1, limit), #deleting, out)
+end
 return out
 "#;
 
@@ -413,17 +565,18 @@ return out
 "#;
 
 const RELEASE: &str = r#"
--- ARGV: p, node, n_removed, then n_removed names the node deleted from the store, then names
--- it kept. A removed name is forgotten; if a node is writing it, it is tainted (that write may
--- have landed before the delete: its STORED will not add it, and a lookup probes the store).
+-- ARGV: p, node, evicted, n_removed, then n_removed names the node deleted from the store,
+-- then names it kept. A removed name is forgotten (`evicted` = 1: by an eviction round, so ARC
+-- keeps its ghost); if a node is writing it, it is tainted (that write may have landed before
+-- the delete: its STORED will not add it, and a lookup probes the store).
 -- Returns the usage hash.
-local node, n = ARGV[2], tonumber(ARGV[3])
-for i = 4, #ARGV do
+local node, evicted, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[4])
+for i = 5, #ARGV do
   local name = ARGV[i]
   if redis.call('SREM', p..'claims:'..node, name) == 1 then
     redis.call('HDEL', p..'deleting', name)
-    if i < 4 + n then
-      forget(name)
+    if i < 5 + n then
+      forget(name, evicted)
       if redis.call('HEXISTS', p..'writing', name) == 1 then
         redis.call('HSET', p..'tainted', name, 1)
       end
@@ -436,7 +589,7 @@ return redis.call('HGETALL', p..'usage')
 const VANISHED: &str = r#"
 -- ARGV: p, names: objects a node found missing from the store. Returns the usage hash.
 for i = 2, #ARGV do
-  if redis.call('HEXISTS', p..'deleting', ARGV[i]) == 0 then forget(ARGV[i]) end
+  if redis.call('HEXISTS', p..'deleting', ARGV[i]) == 0 then forget(ARGV[i], false) end
 end
 return redis.call('HGETALL', p..'usage')
 "#;
@@ -461,7 +614,7 @@ for i = 3, #ARGV, 3 do
     redis.call('HSET', p..'size', name, size)
     if salt ~= '' then redis.call('HSET', p..'salt', name, salt) end
     add_usage(salt, size, 1)
-    refresh(name, salt, 0)
+    refresh(name, salt, 0, false)
     added = added + 1
   end
 end
@@ -473,11 +626,12 @@ const SYNC_END: &str = r#"
 -- since it started, locked, or being deleted. Returns the usage hash.
 local node, start = ARGV[2], tonumber(ARGV[3])
 for _, name in ipairs(redis.call('HKEYS', p..'size')) do
+  local salt = redis.call('HGET', p..'salt', name) or ''
   if redis.call('SISMEMBER', p..'seen:'..node, name) == 0
-      and tonumber(redis.call('ZSCORE', p..'recency', name) or '0') <= start
+      and tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0') <= start
       and redis.call('HEXISTS', p..'locks', name) == 0
       and redis.call('HEXISTS', p..'deleting', name) == 0 then
-    forget(name)
+    forget(name, false)
   end
 end
 redis.call('DEL', p..'seen:'..node)

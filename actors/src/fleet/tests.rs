@@ -11,6 +11,7 @@ use actix::prelude::*;
 use super::*;
 
 mod model;
+mod orders;
 
 /// A `redis-server` on 127.0.0.1 with nothing persisted, ended on drop.
 struct RedisServer {
@@ -99,6 +100,7 @@ fn config(url: &str, node: &str, ttl: Duration) -> IndexConfig {
         timeout: Duration::from_secs(5),
         metrics: crate::metrics::AdapterMetrics::off(),
         quotas: Default::default(),
+        order: Some(FleetOrder::Lru),
     }
 }
 
@@ -240,6 +242,7 @@ async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
         .send(FleetRelease {
             removed: names(&["x"]),
             kept: vec![],
+            evicted: false,
         })
         .await
         .unwrap()
@@ -379,6 +382,7 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
         .send(FleetRelease {
             removed: names(&["x"]),
             kept: vec![],
+            evicted: false,
         })
         .await
         .unwrap()
@@ -430,6 +434,7 @@ async fn a_dead_writers_pending_bytes_and_writes_lapse() {
     b.send(FleetRelease {
         removed: names(&["x"]),
         kept: vec![],
+        evicted: false,
     })
     .await
     .unwrap()
@@ -443,12 +448,16 @@ async fn a_dead_writers_pending_bytes_and_writes_lapse() {
     assert_eq!((u.bytes, u.objects, u.pending), (10, 1, 0));
 }
 
+/// A round of LRU 0.8/0.2 that keeps the bytes landing under the capacity itself (`ahead`
+/// 1.0), so the arithmetic below is the rule's alone; see
+/// `landing_bytes_are_kept_under_the_landing_mark` for the mark nodes use.
 fn round(capacity: u64) -> FleetRound {
     FleetRound {
         capacity,
         watermark: 0.8,
         ratio: 0.2,
         per_salt: false,
+        ahead: 1.0,
     }
 }
 
@@ -457,6 +466,7 @@ async fn end_round(node: &Addr<FleetIndex>, removed: &[&str]) {
     node.send(FleetRelease {
         removed: names(removed),
         kept: vec![],
+        evicted: true,
     })
     .await
     .unwrap()
@@ -529,12 +539,44 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
     ));
 }
 
+#[actix_rt::test]
+async fn landing_bytes_are_kept_under_the_landing_mark() {
+    assert_eq!(
+        landing_mark(0.8),
+        0.9,
+        "halfway between watermark and capacity"
+    );
+    let redis = RedisServer::start();
+    let a = node(&redis.url(), "a").await;
+    for i in 0..5 {
+        found(&a, &format!("k{i}"), "", 10).await;
+    }
+    // 50 bytes stored and 40 being written on a 100-byte bucket: under the watermark, and 90
+    // landing is under the capacity but not under 0.9 of it.
+    a.send(writing(&["w"], 40)).await.unwrap().unwrap();
+    let under = FleetRound {
+        ahead: 0.95,
+        ..round(100)
+    };
+    assert_eq!(a.send(under).await.unwrap().unwrap(), Round::Under);
+    let ahead = FleetRound {
+        ahead: landing_mark(0.8),
+        ..round(100)
+    };
+    assert_eq!(
+        claimed(a.send(ahead).await.unwrap().unwrap()),
+        names(&["k0"]),
+        "a round ahead of the capacity, of at least one object"
+    );
+}
+
 fn salted_round() -> FleetRound {
     FleetRound {
         capacity: 0,
         watermark: 0.8,
         ratio: 0.2,
         per_salt: true,
+        ahead: 1.0,
     }
 }
 
@@ -627,6 +669,100 @@ async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
         claim(&b, &["x"]).await.is_empty(),
         "a's lock survived its reconnection"
     );
+}
+
+/// A TCP forwarder to the server that a test can cut: while cut, it has closed every
+/// connection through it and closes new ones at once (a node on the far side of a partition).
+struct Proxy {
+    port: u16,
+    cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
+}
+
+impl Proxy {
+    fn start(target: u16) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let proxy = Self {
+            port,
+            cut: Default::default(),
+            open: Default::default(),
+        };
+        let (cut, open) = (proxy.cut.clone(), proxy.open.clone());
+        std::thread::spawn(move || {
+            for client in listener.incoming().flatten() {
+                if cut.load(Ordering::SeqCst) {
+                    continue;
+                }
+                let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
+                    continue;
+                };
+                let mut all = open.lock().unwrap();
+                all.extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
+                for (mut from, mut to) in [
+                    (client.try_clone().unwrap(), server.try_clone().unwrap()),
+                    (server, client),
+                ] {
+                    std::thread::spawn(move || {
+                        let _ = std::io::copy(&mut from, &mut to);
+                        let _ = to.shutdown(std::net::Shutdown::Both);
+                    });
+                }
+            }
+        });
+        proxy
+    }
+
+    fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    fn set_cut(&self, cut: bool) {
+        self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
+        if cut {
+            for s in self.open.lock().unwrap().drain(..) {
+                let _ = s.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+#[actix_rt::test]
+async fn a_node_cut_off_longer_than_its_ttl_loses_its_locks_and_rejoins_by_itself() {
+    let redis = RedisServer::start();
+    let proxy = Proxy::start(redis.port);
+    let ttl = Duration::from_millis(600);
+    let a = node_with(&proxy.url(), "a", ttl).await;
+    let b = node_with(&redis.url(), "b", ttl).await;
+    found(&a, "x", "", 100).await;
+    lock(&a, &["x"]).await;
+    assert!(claim(&b, &["x"]).await.is_empty(), "a holds x");
+    proxy.set_cut(true);
+    until("a is alone", || async {
+        !a.send(GetFleetStatus).await.unwrap().joined
+    })
+    .await;
+    // b's heartbeats reap a once its liveness lapses: the lock goes with it, and b may delete
+    // x (the bound docs/fleet.md states for a cut longer than the TTL).
+    until("b reaps a and claims x", || async {
+        claim(&b, &["x"]).await == names(&["x"])
+    })
+    .await;
+    b.send(FleetRelease {
+        removed: names(&["x"]),
+        kept: vec![],
+        evicted: false,
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    proxy.set_cut(false);
+    joined(&a, 2).await;
+    // Back without a restart: the index no longer knows x, so a's next lookup of it probes the
+    // store (and misses there), never loads it on the index's word.
+    assert_eq!(lock(&a, &["x"]).await, vec![FleetLock::Unknown]);
+    assert_eq!(usage(&a).await.objects, 0);
 }
 
 #[actix_rt::test]

@@ -1,0 +1,142 @@
+//! The fleet's eviction orders other than LRU, as the index keeps them: `FLRU`'s priority with
+//! its use history, and `ARC`'s lists, ghosts and target. Every check is a round's claims (the
+//! path a node evicts by), with objects touched on two nodes.
+
+use super::*;
+
+async fn ordered(url: &str, name: &str, order: FleetOrder) -> Addr<FleetIndex> {
+    let addr = FleetIndex::new(IndexConfig {
+        order: Some(order),
+        ..config(url, name, DEFAULT_TTL)
+    })
+    .start();
+    joined(&addr, 1).await;
+    addr
+}
+
+/// One round on a bucket of `objects` objects, `bytes` in all, that claims exactly `k`: the
+/// stored bytes sit at the watermark (nothing to catch up) and LMCache's
+/// `floor(objects × ratio)` is `k`; the bytes landing play no part. The claimed names are
+/// then deleted and released (an eviction's), in the order claimed.
+async fn evict(node: &Addr<FleetIndex>, bytes: u64, objects: usize, k: usize) -> Vec<String> {
+    let round = FleetRound {
+        capacity: bytes,
+        watermark: 1.0,
+        ratio: (k as f64 + 0.5) / objects as f64,
+        per_salt: false,
+        ahead: 2.0,
+    };
+    let got = claimed(node.send(round).await.unwrap().unwrap());
+    let removed: Vec<&str> = got.iter().map(String::as_str).collect();
+    end_round(node, &removed).await;
+    got
+}
+
+/// `node` finds each of `n` (10 bytes each), one tick apart.
+async fn store(node: &Addr<FleetIndex>, n: &[&str]) {
+    for name in n {
+        found(node, name, "", 10).await;
+    }
+}
+
+/// A lookup hit of `name` on `node`: lock, then unlock.
+async fn hit(node: &Addr<FleetIndex>, name: &str) {
+    lock(node, &[name]).await;
+    node.send(FleetUnlock(names(&[name])))
+        .await
+        .unwrap()
+        .unwrap();
+}
+
+fn ks(range: std::ops::Range<usize>) -> Vec<String> {
+    range.map(|i| format!("k{i}")).collect()
+}
+
+/// A key of the index, read straight from the server (what a node never needs to read).
+fn index_get(redis: &RedisServer, key: &str) -> Option<String> {
+    let mut con = redis::Client::open(redis.url())
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    redis::cmd("GET")
+        .arg(format!("kvtier:{{s3:127.0.0.1/bucket/prefix}}:{key}"))
+        .query(&mut con)
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn flru_keeps_an_object_used_again_past_later_ones_and_remembers_uses_after_eviction() {
+    let redis = RedisServer::start();
+    let flru = FleetOrder::Flru { bonus: 0.4 };
+    let (a, b) = (
+        ordered(&redis.url(), "a", flru).await,
+        ordered(&redis.url(), "b", flru).await,
+    );
+    assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0.4"));
+    // A node that does not evict leaves the bucket's order as it is.
+    let reader = FleetIndex::new(IndexConfig {
+        order: None,
+        ..config(&redis.url(), "reader", DEFAULT_TTL)
+    })
+    .start();
+    joined(&reader, 1).await;
+    assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0.4"));
+    let first: Vec<String> = ks(0..10);
+    store(&a, &first.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    // Two hits on b: k0 has 3 uses, priority 12 + 0.4 × 10 × 2 = 20, above the ticks of
+    // the five stored next (13..17). By recency alone it would go right after k9.
+    hit(&b, "k0").await;
+    hit(&b, "k0").await;
+    store(&a, &["k10", "k11", "k12", "k13", "k14"]).await;
+    assert_eq!(evict(&a, 150, 15, 14).await, ks(1..15), "k0 goes last");
+    assert_eq!(evict(&b, 10, 1, 1).await, ks(0..1));
+    // Stored again, k0 has its 3 earlier uses and this one: priority 18 + 0.4 × 15 × 3 = 36,
+    // above ten objects stored after it (ticks 19..28).
+    store(&b, &["k0"]).await;
+    let later: Vec<String> = (0..10).map(|i| format!("m{i}")).collect();
+    store(&a, &later.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    assert_eq!(
+        evict(&a, 110, 11, 10).await,
+        later,
+        "the uses outlived the eviction"
+    );
+}
+
+#[actix_rt::test]
+async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
+    let redis = RedisServer::start();
+    let (a, b) = (
+        ordered(&redis.url(), "a", FleetOrder::Arc).await,
+        ordered(&redis.url(), "b", FleetOrder::Arc).await,
+    );
+    // T1 = k1, k2, k3 (seen once), T2 = k0 (hit on b).
+    store(&a, &["k0", "k1"]).await;
+    hit(&b, "k0").await;
+    store(&a, &["k2", "k3"]).await;
+    // Target 0: T1 first, though k0 is less recent than k2 (LRU would take k1, k0).
+    assert_eq!(evict(&a, 40, 4, 2).await, ks(1..3));
+    assert_eq!(index_get(&redis, "arc_p"), None);
+    // k1 stored again while a ghost in B1: the target grows by max(1, |B2| / |B1|) = 1 and k1
+    // comes back into T2.
+    store(&b, &["k1"]).await;
+    assert_eq!(index_get(&redis, "arc_p").as_deref(), Some("1"));
+    // T1 = k3 (size 1, at the target: T1 first), then T2 = k0, k1.
+    assert_eq!(evict(&b, 30, 3, 2).await, names(&["k3", "k0"]));
+    // k0 stored again while a ghost in B2 (B1 = k2, k3): the target shrinks by
+    // max(1, |B1| / |B2|) = 2, to 0.
+    store(&a, &["k0"]).await;
+    assert_eq!(index_get(&redis, "arc_p").as_deref(), Some("0"));
+    // A deletion that is not an eviction leaves no ghost: k1, deleted and stored again, is
+    // new (T1), so with the target at 0 it goes before k0 (T2), though stored after it.
+    assert_eq!(claim(&a, &["k1"]).await, names(&["k1"]));
+    a.send(FleetRelease {
+        removed: names(&["k1"]),
+        kept: vec![],
+        evicted: false,
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    store(&a, &["k1"]).await;
+    assert_eq!(evict(&a, 20, 2, 1).await, names(&["k1"]));
+}
