@@ -55,6 +55,14 @@ fn node_config(dir: &std::path::Path, url: Option<&str>, id: &str, capacity: u64
     config
 }
 
+/// A node of one adapter in the fleet on `url`, its eviction checked every 50 ms.
+fn fleet_node(adapter: AdapterConfig, url: &str, id: &str) -> TierConfig {
+    TierConfig::default()
+        .adapter(adapter)
+        .eviction_interval(Duration::from_millis(50))
+        .fleet(FleetConfig::new(url).node_id(id))
+}
+
 /// Polls `f` (the test kit's `wait_until`, 60 s at most) and fails naming `what`.
 async fn until<F, Fut>(what: &str, f: F)
 where
@@ -315,13 +323,9 @@ async fn isolated_lru_quotas_are_the_fleets() {
     let redis = RedisServer::start();
     let dir = tempfile::tempdir().unwrap();
     let config = |id: &str| {
-        TierConfig::default()
-            .adapter(
-                AdapterConfig::fs(dir.path())
-                    .eviction(EvictionConfig::with_policy(EvictionPolicy::IsolatedLru)),
-            )
-            .eviction_interval(Duration::from_millis(50))
-            .fleet(FleetConfig::new(redis.url()).node_id(id))
+        let adapter = AdapterConfig::fs(dir.path())
+            .eviction(EvictionConfig::with_policy(EvictionPolicy::IsolatedLru));
+        fleet_node(adapter, &redis.url(), id)
     };
     let (a, b) = (started(&config("a")).await, started(&config("b")).await);
     let limit = 10 * OBJ as u64;
@@ -361,14 +365,10 @@ async fn every_policy_evicts_by_its_own_order_over_the_fleet() {
         let redis = RedisServer::start();
         let dir = tempfile::tempdir().unwrap();
         let config = |id: &str| {
-            TierConfig::default()
-                .adapter(
-                    AdapterConfig::fs(dir.path())
-                        .capacity_gb(CAPACITY as f64 / GIB)
-                        .eviction(EvictionConfig::with_policy(policy)),
-                )
-                .eviction_interval(Duration::from_millis(50))
-                .fleet(FleetConfig::new(redis.url()).node_id(id))
+            let adapter = AdapterConfig::fs(dir.path())
+                .capacity_gb(CAPACITY as f64 / GIB)
+                .eviction(EvictionConfig::with_policy(policy));
+            fleet_node(adapter, &redis.url(), id)
         };
         let (a, b) = (started(&config("a")).await, started(&config("b")).await);
         store(&a, 0..50).await;

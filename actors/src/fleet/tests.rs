@@ -169,6 +169,18 @@ async fn usage(node: &Addr<FleetIndex>) -> FleetUsage {
     node.send(GetFleetUsage).await.unwrap().unwrap()
 }
 
+/// `node` releases its claims of `n`, deleted by a host's delete (not an eviction); the usage.
+async fn deleted(node: &Addr<FleetIndex>, n: &[&str]) -> FleetUsage {
+    node.send(FleetRelease {
+        removed: names(n),
+        kept: vec![],
+        evicted: false,
+    })
+    .await
+    .unwrap()
+    .unwrap()
+}
+
 #[actix_rt::test]
 async fn usage_is_one_total_for_every_node() {
     let redis = RedisServer::start();
@@ -238,15 +250,7 @@ async fn a_key_locked_on_one_node_is_never_claimed_by_another() {
     assert!(claim(&a, &["x"]).await.is_empty(), "one claim");
     let refused = lock(&a, &["x"]).await;
     assert_eq!(refused, vec![FleetLock::Deleting]);
-    let u = b
-        .send(FleetRelease {
-            removed: names(&["x"]),
-            kept: vec![],
-            evicted: false,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let u = deleted(&b, &["x"]).await;
     assert_eq!((u.bytes, u.objects), (0, 0));
     let after = lock(&a, &["x"]).await;
     assert_eq!(
@@ -378,15 +382,7 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     // b writes x again while a deletes it: b's PUT may land before a's DELETE.
     let u = b.send(writing(&["x"], 300)).await.unwrap().unwrap();
     assert_eq!((u.bytes, u.pending), (100, 300), "the write is pending");
-    let u = a
-        .send(FleetRelease {
-            removed: names(&["x"]),
-            kept: vec![],
-            evicted: false,
-        })
-        .await
-        .unwrap()
-        .unwrap();
+    let u = deleted(&a, &["x"]).await;
     assert_eq!((u.bytes, u.objects), (0, 0));
     let u = b
         .send(written(vec![obj("x", "", 300)], &["x"], 300))
@@ -431,14 +427,7 @@ async fn a_dead_writers_pending_bytes_and_writes_lapse() {
     // x is no longer being written: a deletion of it taints nothing, and b's write of it counts.
     found(&b, "x", "", 10).await;
     claim(&b, &["x"]).await;
-    b.send(FleetRelease {
-        removed: names(&["x"]),
-        kept: vec![],
-        evicted: false,
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    deleted(&b, &["x"]).await;
     b.send(writing(&["x"], 10)).await.unwrap().unwrap();
     let u = b
         .send(written(vec![obj("x", "", 10)], &["x"], 10))
@@ -749,14 +738,7 @@ async fn a_node_cut_off_longer_than_its_ttl_loses_its_locks_and_rejoins_by_itsel
         claim(&b, &["x"]).await == names(&["x"])
     })
     .await;
-    b.send(FleetRelease {
-        removed: names(&["x"]),
-        kept: vec![],
-        evicted: false,
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    deleted(&b, &["x"]).await;
     proxy.set_cut(false);
     joined(&a, 2).await;
     // Back without a restart: the index no longer knows x, so a's next lookup of it probes the

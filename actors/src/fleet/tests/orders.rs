@@ -129,14 +129,7 @@ async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
     // A deletion that is not an eviction leaves no ghost: k1, deleted and stored again, is
     // new (T1), so with the target at 0 it goes before k0 (T2), though stored after it.
     assert_eq!(claim(&a, &["k1"]).await, names(&["k1"]));
-    a.send(FleetRelease {
-        removed: names(&["k1"]),
-        kept: vec![],
-        evicted: false,
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    deleted(&a, &["k1"]).await;
     store(&a, &["k1"]).await;
     assert_eq!(evict(&a, 20, 2, 1).await, names(&["k1"]));
 }
