@@ -471,6 +471,12 @@ pub(crate) fn bytes_for_ratio(ratio: f64, bytes: u64) -> u64 {
 }
 
 impl EvictionConfig {
+    /// `FLRU`'s bonus per use: `flru_bonus_per_use`, else its default.
+    pub(crate) fn flru_bonus(&self) -> f64 {
+        self.flru_bonus_per_use
+            .unwrap_or(crate::eviction::FLRU_BONUS_PER_USE)
+    }
+
     /// A configuration of this policy with the other fields at the policy's defaults.
     pub fn with_policy(policy: EvictionPolicy) -> Self {
         match policy {

@@ -52,8 +52,9 @@ pub(super) struct FleetLink {
     pub(super) usage: Option<FleetUsage>,
     /// Watermark and ratio of fleet eviction (`None`: this adapter does not evict).
     evict: Option<(f64, f64)>,
-    /// `fleet.landing_mark`, if set (else [`landing_mark`] of the watermark).
-    landing: Option<f64>,
+    /// The share of the capacity rounds keep the bytes landing under: `fleet.landing_mark`,
+    /// else [`landing_mark`] of the watermark.
+    landing: f64,
     /// `IsolatedLRU`: rounds go salt by salt against the fleet's quotas.
     per_salt: bool,
     /// Period of the usage refresh and eviction check.
@@ -88,9 +89,7 @@ impl FleetLink {
                 quotas: eviction.map(|e| e.quotas.clone()).unwrap_or_default(),
                 order: eviction.and_then(|e| match e.eviction_policy {
                     EvictionPolicy::Flru => Some(FleetOrder::Flru {
-                        bonus: e
-                            .flru_bonus_per_use
-                            .unwrap_or(crate::eviction::FLRU_BONUS_PER_USE),
+                        bonus: e.flru_bonus(),
                     }),
                     EvictionPolicy::Arc => Some(FleetOrder::Arc),
                     EvictionPolicy::Lru | EvictionPolicy::IsolatedLru => Some(FleetOrder::Lru),
@@ -101,7 +100,9 @@ impl FleetLink {
             held: KeyMap::default(),
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
-            landing: config.landing_mark,
+            landing: config
+                .landing_mark
+                .unwrap_or_else(|| landing_mark(eviction.map_or(1.0, |e| e.trigger_watermark))),
             per_salt: eviction.is_some_and(|e| e.eviction_policy == EvictionPolicy::IsolatedLru),
             interval,
             rounds: 0,
@@ -502,9 +503,9 @@ impl BackendActor {
 
     /// Starts a fleet eviction round when usage, as this node last read it, says one is due
     /// (the objects the index knows reached the watermark, or with the bytes being written
-    /// they reach the [`landing_mark`]), unless [`MAX_ROUNDS`] of this node's rounds are in
-    /// flight. The round's script decides with
-    /// the index's figures at that moment, so an extra attempt costs one round trip.
+    /// they reach the landing mark), unless [`MAX_ROUNDS`] of this node's rounds are in
+    /// flight. The round's script decides with the index's figures at that moment, so an
+    /// extra attempt costs one round trip.
     fn fleet_check(&mut self, ctx: &mut Context<Self>) {
         let capacity = self.capacity_bytes;
         let Some(link) = self.fleet.as_ref() else {
@@ -523,8 +524,7 @@ impl BackendActor {
         } else {
             capacity > 0
                 && (usage.bytes as f64 >= watermark * capacity as f64
-                    || (usage.bytes + usage.pending) as f64
-                        >= link.landing.unwrap_or(landing_mark(watermark)) * capacity as f64)
+                    || (usage.bytes + usage.pending) as f64 >= link.landing * capacity as f64)
         };
         if link.rounds >= MAX_ROUNDS || !due {
             return;
@@ -557,7 +557,7 @@ impl BackendActor {
             watermark,
             ratio,
             per_salt: link.per_salt,
-            ahead: link.landing.unwrap_or(landing_mark(watermark)),
+            ahead: link.landing,
         };
         let round = async move {
             let started = std::time::Instant::now();

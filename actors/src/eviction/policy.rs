@@ -155,7 +155,7 @@ pub(super) fn policy(config: &EvictionConfig) -> Box<dyn EvictionPolicy> {
         PolicyName::Arc => Box::new(arc::Arc::default()),
         PolicyName::IsolatedLru => Box::new(isolated_lru::IsolatedLru::default()),
         PolicyName::Flru => Box::new(flru::Flru::new(
-            config.flru_bonus_per_use.unwrap_or(flru::BONUS_PER_USE),
+            config.flru_bonus(),
             match config.flru_admission.unwrap_or_default() {
                 FlruAdmission::Adaptive => &flru::MODES,
                 FlruAdmission::Rates => &flru::RATE_LOW_MODE,

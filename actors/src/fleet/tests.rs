@@ -561,11 +561,8 @@ async fn landing_bytes_are_kept_under_the_landing_mark() {
 
 fn salted_round() -> FleetRound {
     FleetRound {
-        capacity: 0,
-        watermark: 0.8,
-        ratio: 0.2,
         per_salt: true,
-        ahead: 1.0,
+        ..round(0)
     }
 }
 
@@ -660,25 +657,26 @@ async fn a_node_cut_off_for_less_than_its_ttl_keeps_its_locks() {
     );
 }
 
-/// A TCP forwarder to the server that a test can cut: while cut, it has closed every
-/// connection through it and closes new ones at once (a node on the far side of a partition).
+/// A TCP forwarder to the server that a test can cut: while cut, it closes every connection
+/// through it and new ones at once (a node on the far side of a partition). The only state
+/// shared with its threads is the `cut` flag: each pump reads with a short timeout and
+/// checks it, so no list of connections is kept.
 struct Proxy {
     port: u16,
     cut: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    open: std::sync::Arc<std::sync::Mutex<Vec<TcpStream>>>,
 }
 
 impl Proxy {
     fn start(target: u16) -> Self {
+        use std::io::{Read, Write};
         use std::sync::atomic::Ordering;
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let port = listener.local_addr().unwrap().port();
         let proxy = Self {
             port,
             cut: Default::default(),
-            open: Default::default(),
         };
-        let (cut, open) = (proxy.cut.clone(), proxy.open.clone());
+        let cut = proxy.cut.clone();
         std::thread::spawn(move || {
             for client in listener.incoming().flatten() {
                 if cut.load(Ordering::SeqCst) {
@@ -687,14 +685,27 @@ impl Proxy {
                 let Ok(server) = TcpStream::connect(("127.0.0.1", target)) else {
                     continue;
                 };
-                let mut all = open.lock().unwrap();
-                all.extend([client.try_clone().unwrap(), server.try_clone().unwrap()]);
                 for (mut from, mut to) in [
                     (client.try_clone().unwrap(), server.try_clone().unwrap()),
-                    (server, client),
+                    (server, client.try_clone().unwrap()),
                 ] {
+                    let cut = cut.clone();
+                    from.set_read_timeout(Some(Duration::from_millis(20)))
+                        .unwrap();
                     std::thread::spawn(move || {
-                        let _ = std::io::copy(&mut from, &mut to);
+                        let mut buf = [0u8; 16 * 1024];
+                        while !cut.load(Ordering::SeqCst) {
+                            match from.read(&mut buf) {
+                                Ok(0) => break,
+                                Ok(n) if to.write_all(&buf[..n]).is_ok() => {}
+                                Ok(_) => break,
+                                Err(e)
+                                    if e.kind() == std::io::ErrorKind::WouldBlock
+                                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                                Err(_) => break,
+                            }
+                        }
+                        let _ = from.shutdown(std::net::Shutdown::Both);
                         let _ = to.shutdown(std::net::Shutdown::Both);
                     });
                 }
@@ -709,11 +720,6 @@ impl Proxy {
 
     fn set_cut(&self, cut: bool) {
         self.cut.store(cut, std::sync::atomic::Ordering::SeqCst);
-        if cut {
-            for s in self.open.lock().unwrap().drain(..) {
-                let _ = s.shutdown(std::net::Shutdown::Both);
-            }
-        }
     }
 }
 
