@@ -162,7 +162,6 @@ impl Tier {
                 _ => None,
             })
             .collect();
-        fleet_policies(&slots, &identities);
         let mut ready = storages.into_iter();
         if slots.is_empty() {
             return Err(StartError::NoAdapters);
@@ -483,29 +482,6 @@ impl Tier {
     /// diagnostics and tests).
     pub async fn eviction_order(&self, adapter: AdapterIndex) -> Result<Vec<ObjectKey>, TierError> {
         Ok(self.evictor.send(GetLruOrder(adapter)).await?)
-    }
-}
-
-/// Fleet eviction runs every policy over the index (docs/fleet.md): `LRU`, `ARC` and
-/// `IsolatedLRU` with LMCache's rules, `FLRU` by its priority with new keys placed at their
-/// touch. FLRU's shadows are one process's learning; a fleet `FLRU` adapter starts with a
-/// warning that it runs without them (and that `eviction.flru_admission` applies only without
-/// `[fleet]`).
-fn fleet_policies(slots: &[(&CommonConfig, Slot<'_>)], identities: &[Option<String>]) {
-    use kvtier_actors::config::EvictionPolicy;
-    for (index, ((common, slot), identity)) in slots.iter().zip(identities).enumerate() {
-        let (Some(_), Some(eviction), Slot::Spec(_)) = (identity, &common.eviction, slot) else {
-            continue;
-        };
-        if eviction.eviction_policy == EvictionPolicy::Flru {
-            tracing::warn!(
-                adapter = index,
-                "fleet FLRU orders by FLRU's priority with new keys placed at their touch, \
-                 without the shadows that choose its mode on one node (eviction.flru_admission \
-                 applies only without [fleet]); on Mooncake's trace that is no better than \
-                 LRU (docs/fleet.md, \"Limits today\")"
-            );
-        }
     }
 }
 

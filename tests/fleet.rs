@@ -80,11 +80,14 @@ async fn joined(tier: &Tier) -> bool {
     s.adapters[0].fleet.as_ref().is_some_and(|f| f.joined)
 }
 
-/// The files of the bucket (the directory) with their sizes, as a listing sees them.
+/// The files of the bucket (the directory) with their sizes, as a listing sees them (a file
+/// an eviction removes while it is listed is not counted).
 fn files(dir: &std::path::Path) -> Vec<(std::path::PathBuf, u64)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let m = e.metadata().unwrap();
+        let Ok(m) = e.metadata() else {
+            continue;
+        };
         if m.is_dir() {
             out.extend(files(&e.path()));
         } else {

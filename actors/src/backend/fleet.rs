@@ -34,7 +34,9 @@ use actix::prelude::*;
 
 use super::write_queue::{BatchId, Item};
 use super::BackendActor;
-use crate::config::{EvictionConfig, EvictionPolicy, FleetConfig, Quotas};
+use crate::config::{
+    EvictionConfig, EvictionPolicy, EvictionUnit, FleetConfig, FlruAdmission, Quotas,
+};
 use crate::eviction::{GetQuotas, QuotaError, SetQuota};
 use crate::fleet::*;
 use crate::key::{KeyMap, ObjectKey};
@@ -52,6 +54,8 @@ pub(super) struct FleetLink {
     pub(super) usage: Option<FleetUsage>,
     /// Watermark and ratio of fleet eviction (`None`: this adapter does not evict).
     evict: Option<(f64, f64)>,
+    /// `eviction_unit = "bytes"`: rounds catch up to the watermark (see [`FleetRound`]).
+    catch_up: bool,
     /// The share of the capacity rounds keep the bytes landing under: `fleet.landing_mark`,
     /// else [`landing_mark`] of the watermark.
     landing: f64,
@@ -90,6 +94,7 @@ impl FleetLink {
                 order: eviction.and_then(|e| match e.eviction_policy {
                     EvictionPolicy::Flru => Some(FleetOrder::Flru {
                         bonus: e.flru_bonus(),
+                        adaptive: e.flru_admission != Some(FlruAdmission::Rates),
                     }),
                     EvictionPolicy::Arc => Some(FleetOrder::Arc),
                     EvictionPolicy::Lru | EvictionPolicy::IsolatedLru => Some(FleetOrder::Lru),
@@ -100,6 +105,7 @@ impl FleetLink {
             held: KeyMap::default(),
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
+            catch_up: eviction.is_some_and(|e| e.eviction_unit == EvictionUnit::Bytes),
             landing: config
                 .landing_mark
                 .unwrap_or_else(|| landing_mark(eviction.map_or(1.0, |e| e.trigger_watermark))),
@@ -558,6 +564,7 @@ impl BackendActor {
             ratio,
             per_salt: link.per_salt,
             ahead: link.landing,
+            catch_up: link.catch_up,
         };
         let round = async move {
             let started = std::time::Instant::now();

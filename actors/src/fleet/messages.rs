@@ -155,6 +155,10 @@ pub(crate) struct FleetRound {
     /// The share of the capacity the bytes landing are kept under (`fleet.landing_mark`, by
     /// default [`landing_mark`]).
     pub(crate) ahead: f64,
+    /// `eviction_unit = "bytes"`: a round past the watermark frees at least down to
+    /// `watermark × capacity × (1 − ratio)`, as one node's does; else (`keys`) it takes
+    /// LMCache's `floor(objects × ratio)` alone.
+    pub(crate) catch_up: bool,
 }
 
 /// The share of the capacity under which a fleet's rounds keep the bytes *landing* (stored

@@ -92,13 +92,19 @@ pub(crate) enum FleetOrder {
     /// The tick of the last store or lookup hit (`LRU`, and `IsolatedLRU`, whose rounds use
     /// each salt's recency).
     Lru,
-    /// `FLRU`'s priority in its LRU placement: the tick of the last use plus
-    /// `bonus × capacity × (uses − 1)`, where `capacity` is the most objects the index has
-    /// known at once and `uses` (at most 16) survives an object's eviction in a history of
-    /// `max(4096, 16 × capacity)` to `2 ×` that many names (see crate::eviction's FLRU).
+    /// `FLRU` with its rules (see crate::eviction's FLRU): the priority, the tick of the last
+    /// use plus `bonus × capacity × (min(uses, 16) − 1)`, where `capacity` is the most objects
+    /// the index has known at once and `uses` and the first use survive an object's eviction in a
+    /// history of `max(4096, 16 × capacity)` to `2 ×` that many names; a new object placed
+    /// at its touch, one capacity earlier or last, or the rate order, as the mode says. The
+    /// five modes' sampled shadows (one in 16 names, in a tier 16 times smaller) live in the
+    /// index too and choose the mode from every node's stores and hits.
     Flru {
         /// `eviction.flru_bonus_per_use`.
         bonus: f64,
+        /// `eviction.flru_admission`: `true` (`adaptive`) lets the shadows choose the mode;
+        /// `false` (`rates`) always orders by rates with the low prior, without shadows.
+        adaptive: bool,
     },
     /// LMCache's ARC over the fleet: `t1`/`t2` (resident, seen once or again, by tick),
     /// `b1`/`b2` (ghosts of objects rounds evicted), and the target `arc_p`, all in the
@@ -112,7 +118,14 @@ impl FleetOrder {
     fn wire(self) -> String {
         match self {
             Self::Lru => "lru".into(),
-            Self::Flru { bonus } => format!("flru:{bonus}"),
+            Self::Flru {
+                bonus,
+                adaptive: true,
+            } => format!("flru:{bonus}"),
+            Self::Flru {
+                bonus,
+                adaptive: false,
+            } => format!("flru:{bonus}:rates"),
             Self::Arc => "arc".into(),
         }
     }
@@ -577,6 +590,7 @@ impl Handler<FleetRound> for FleetIndex {
             msg.ratio.to_string(),
             if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
             msg.ahead.to_string(),
+            u8::from(msg.catch_up).to_string(),
         ];
         self.run(|s| &s.round, args, parse_round)
     }

@@ -21,12 +21,18 @@
 //!   capacity in objects of `FLRU` and `ARC`).
 //! - `recency` (sorted set): object name → its eviction score, lowest first: the tick of its
 //!   last store or lookup hit, or under `flru:BONUS` FLRU's priority
-//!   `tick + BONUS × peak × (uses − 1)`; `srec:SALT` (sorted set): the tick of the last store
-//!   or hit of the objects of one cache salt (`srec:` for unsalted ones), from which
-//!   `IsolatedLRU` rounds take one salt's victims and a listing tells what was touched.
-//! - `FLRU`: `uses` (hash): object name → its uses (stores and hits, at most 16); `hist` and
-//!   `hist_old` (hashes): the uses of forgotten names, in two generations of
-//!   `max(4096, 16 × peak)` names, taken back when a name is stored again.
+//!   (`2^40 + tick + BONUS × peak × (min(uses, 16) − 1)`, a new object placed by the mode);
+//!   `srec:SALT` (sorted set): the tick of the last store or hit of the objects of one cache
+//!   salt (`srec:` for unsalted ones), from which `IsolatedLRU` rounds take one salt's
+//!   victims, a listing tells what was touched, and FLRU's rates read the last use.
+//! - `FLRU`: `uses` and `first` (hashes): object name → its uses (stores and hits) and the
+//!   tick of its first known use; `hist` and `hist_old` (hashes): `uses:first` of forgotten
+//!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is
+//!   stored again. The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`,
+//!   `rates_high`, numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses`,
+//!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the sampled names, `sh:clock` and
+//!   `sh:score` (hash: mode number → its decayed hits). Under `flru:BONUS:rates` there are no
+//!   shadows and the mode is always `rates_low`.
 //! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
 //!   (sorted sets): the ghosts of objects evicted from each, trimmed so `|t1| + |b1| <= peak`
 //!   and all four `<= 2 × peak`; `arc_p`: the target size of `t1`.
@@ -72,12 +78,13 @@ end
 local function tick()
   return redis.call('INCR', p..'clock')
 end
-local kind, bonus = nil, nil
+local kind, bonus, fixed_rates = nil, nil, false
 local function order()
   if kind == nil then
     local o = redis.call('GET', p..'order') or 'lru'
-    if string.sub(o, 1, 5) == 'flru:' then
-      kind, bonus = 'flru', tonumber(string.sub(o, 6))
+    local b, m = string.match(o, '^flru:([^:]+):?(%a*)$')
+    if b then
+      kind, bonus, fixed_rates = 'flru', tonumber(b), m == 'rates'
     else
       kind = o
     end
@@ -87,21 +94,135 @@ end
 local function peak()
   return math.max(1, tonumber(redis.call('GET', p..'peak') or '1'))
 end
-local function history_take(name)
-  local uses = redis.call('HGET', p..'hist', name) or redis.call('HGET', p..'hist_old', name)
-  if uses then
-    redis.call('HDEL', p..'hist', name)
-    redis.call('HDEL', p..'hist_old', name)
-    return tonumber(uses)
+-- FLRU, with the rules and constants of crate::eviction's FLRU. A ranking is a key prefix `r`
+-- (the bucket's own, `p`, or a shadow's): `r..'uses'` and `r..'first'` (the tick of its first
+-- known use) per object it holds, and `uses:first` of objects it dropped in the two
+-- generations `r..'hist'` and `r..'hist_old'`.
+local BASE = 2 ^ 40
+local MODES = {'recent', 'demoted', 'last', 'rates_low', 'rates_high'}
+local PRIOR = {rates_low = 0.1, rates_high = 3.0}
+local function history_take(r, name)
+  local seen = redis.call('HGET', r..'hist', name) or redis.call('HGET', r..'hist_old', name)
+  if seen then
+    redis.call('HDEL', r..'hist', name)
+    redis.call('HDEL', r..'hist_old', name)
+    local uses, first = string.match(seen, '^(%d+):?(%d*)$')
+    return tonumber(uses), tonumber(first)
   end
-  return 0
+  return 0, nil
 end
-local function history_put(name, uses)
-  local limit = math.max(4096, 16 * peak())
-  if redis.call('HLEN', p..'hist') >= limit then
-    redis.call('RENAME', p..'hist', p..'hist_old')
+-- One use of `name` in ranking `r` at tick `at`: returns its uses (with those remembered)
+-- and the tick of its first use.
+local function use(r, name, at)
+  local uses = tonumber(redis.call('HGET', r..'uses', name) or '0')
+  local first = tonumber(redis.call('HGET', r..'first', name) or at)
+  if uses == 0 then
+    local u, f = history_take(r, name)
+    uses, first = u, f or at
   end
-  redis.call('HSET', p..'hist', name, uses)
+  uses = math.min(255, uses + 1)
+  redis.call('HSET', r..'uses', name, uses)
+  redis.call('HSET', r..'first', name, first)
+  return uses, first
+end
+-- `name` left ranking `r`: its uses and first use go to the history, of `limit` names a
+-- generation.
+local function unuse(r, name, limit)
+  local uses = redis.call('HGET', r..'uses', name)
+  if uses then
+    local first = redis.call('HGET', r..'first', name) or '0'
+    redis.call('HDEL', r..'uses', name)
+    redis.call('HDEL', r..'first', name)
+    if redis.call('HLEN', r..'hist') >= limit then
+      redis.call('RENAME', r..'hist', r..'hist_old')
+    end
+    redis.call('HSET', r..'hist', name, uses..':'..first)
+  end
+end
+-- FLRU's priority of a use at tick `at` in a ranking of `cap` objects, a new object (one use)
+-- placed by `mode`: at its touch (`recent`, and the rate modes), one capacity earlier
+-- (`demoted`), or below every object used more than once (`last`).
+local function priority(at, uses, mode, cap)
+  if uses > 1 or mode == 'recent' or PRIOR[mode] then
+    return BASE + at + bonus * cap * (math.min(uses, 16) - 1)
+  elseif mode == 'demoted' then
+    return BASE + at - cap
+  end
+  return at
+end
+-- FLRU's rate score (the lower, the sooner it goes) at tick `clock`.
+local function rate_score(uses, first, last, clock, cap, prior)
+  local rate = (uses - 1 + prior) / (clock - first + 2 * cap)
+  return rate * math.exp(-(clock - last) * rate / 0.7)
+end
+-- The names of the `n` lowest of `scored` ({score, last use, name}), lowest first.
+local function lowest(scored, n)
+  table.sort(scored, function(x, y)
+    if x[1] ~= y[1] then return x[1] < y[1] end
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    return x[3] < y[3]
+  end)
+  local out = {}
+  for i = 1, math.min(n, #scored) do out[i] = scored[i][3] end
+  return out
+end
+-- The shadows: one ranking per mode of the names whose SHA-1 starts with `0` (one in 16), in
+-- a tier of `peak / 16` objects, each with its hits decayed over 8 of its tier-fulls
+-- (`sh:score`), on one clock of their own (`sh:clock`).
+local function shadows_touch(name)
+  local cap = math.max(1, math.floor(peak() / 16))
+  local clock = redis.call('INCR', p..'sh:clock')
+  local keep = 1 - 1 / (8 * cap)
+  local limit = math.max(16 * cap, 256)
+  local scores = redis.call('HMGET', p..'sh:score', 1, 2, 3, 4, 5)
+  for i, mode in ipairs(MODES) do
+    local r = p..'sh'..i..':'
+    local hit = redis.call('ZSCORE', r..'order', name) ~= false
+    local uses = use(r, name, clock)
+    redis.call('ZADD', r..'order', priority(clock, uses, mode, cap), name)
+    redis.call('HSET', r..'last', name, clock)
+    redis.call('HSET', p..'sh:score', i, tonumber(scores[i] or '0') * keep + (hit and 1 or 0))
+    local n = redis.call('ZCARD', r..'order')
+    if n > cap then
+      local gone
+      if PRIOR[mode] then
+        local scored = {}
+        for _, s in ipairs(redis.call('ZRANGE', r..'order', 0, -1)) do
+          local last = tonumber(redis.call('HGET', r..'last', s))
+          local u, f = tonumber(redis.call('HGET', r..'uses', s)), tonumber(redis.call('HGET', r..'first', s))
+          scored[#scored + 1] = {rate_score(u, f, last, clock, cap, PRIOR[mode]), last, s}
+        end
+        gone = lowest(scored, n - cap + math.floor(cap / 128))
+      else
+        gone = redis.call('ZRANGE', r..'order', 0, n - cap - 1)
+      end
+      for _, s in ipairs(gone) do
+        redis.call('ZREM', r..'order', s)
+        redis.call('HDEL', r..'last', s)
+        unuse(r, s, limit)
+      end
+    end
+  end
+end
+-- The bucket's FLRU mode for this script (a batch's new objects are all placed alike): the
+-- rate order with the low prior for `flru:BONUS:rates`; else LRU placement unless another
+-- shadow has 5 % more recent hits, then the best shadow's.
+local mode_now = nil
+local function flru_mode()
+  if mode_now == nil then
+    mode_now = 'rates_low'
+    if not fixed_rates then
+      local s = redis.call('HMGET', p..'sh:score', 1, 2, 3, 4, 5)
+      local lru = tonumber(s[1] or '0')
+      local best, top = 1, lru
+      for i = 2, #MODES do
+        local v = tonumber(s[i] or '0')
+        if v > lru * 1.05 and v > top then best, top = i, v end
+      end
+      mode_now = MODES[best]
+    end
+  end
+  return mode_now
 end
 local function arc_trim()
   local c = peak()
@@ -139,11 +260,10 @@ end
 local function refresh(name, salt, at, used)
   local score = at
   if order() == 'flru' and used then
-    local uses = tonumber(redis.call('HGET', p..'uses', name) or '0')
-    if uses == 0 then uses = history_take(name) end
-    uses = math.min(16, uses + 1)
-    redis.call('HSET', p..'uses', name, uses)
-    score = at + bonus * peak() * (uses - 1)
+    score = priority(at, use(p, name, at), flru_mode(), peak())
+    if not fixed_rates and string.sub(redis.sha1hex(name), 1, 1) == '0' then
+      shadows_touch(name)
+    end
   elseif order() == 'arc' then
     arc_refresh(name, at, used)
   end
@@ -173,11 +293,7 @@ local function forget(name, evicted)
     redis.call('ZREM', p..'srec:'..salt, name)
   end
   redis.call('ZREM', p..'recency', name)
-  local uses = redis.call('HGET', p..'uses', name)
-  if uses then
-    redis.call('HDEL', p..'uses', name)
-    history_put(name, uses)
-  end
+  unuse(p, name, math.max(4096, 16 * peak()))
 end
 local function claim(node, name)
   redis.call('HSET', p..'deleting', name, node)
@@ -279,10 +395,11 @@ const STORED: &str = r#"
 -- object. The objects are now in the store: this node's writes (`written` = 1) or objects a
 -- probe found (0). The ended names and bytes end this node's writes announced by WRITING
 -- (written or failed). A written object whose name a deletion tainted meanwhile is not added.
--- Returns the usage hash.
+-- Returns the usage hash. Objects are touched last first, so the first of a batch (a request's
+-- first chunk) is the most recent, as on one node.
 local node, written, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5])
 pending_add(node, -tonumber(ARGV[4]))
-for i = 7 + n - 1, #ARGV, 3 do
+for i = #ARGV - 2, 6 + n, -3 do
   local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if not (written and redis.call('HEXISTS', p..'tainted', name) == 1) then
     local old = tonumber(redis.call('HGET', p..'size', name) or '0')
@@ -331,22 +448,23 @@ return old
 
 const LOCK: &str = r#"
 -- ARGV: p, node, names. Per name: -1 (being deleted: not locked), else locked and the size the
--- index knows (0: unknown, the node must probe the store). A known name's recency is refreshed.
+-- index knows (0: unknown, the node must probe the store). A known name's recency is refreshed,
+-- last name first (the first is the most recent, as on one node).
 local node = ARGV[2]
 local out = {}
-for i = 3, #ARGV do
+for i = #ARGV, 3, -1 do
   local name = ARGV[i]
   if redis.call('HEXISTS', p..'deleting', name) == 1 then
-    out[#out + 1] = -1
+    out[i - 2] = -1
   else
     redis.call('HINCRBY', p..'locks', name, 1)
     redis.call('HINCRBY', p..'held:'..node, name, 1)
     local size = redis.call('HGET', p..'size', name)
     if size then
       refresh(name, redis.call('HGET', p..'salt', name) or '', tick(), true)
-      out[#out + 1] = tonumber(size)
+      out[i - 2] = tonumber(size)
     else
-      out[#out + 1] = 0
+      out[i - 2] = 0
     end
   end
 end
@@ -370,8 +488,8 @@ return 0
 "#;
 
 const TOUCH: &str = r#"
--- ARGV: p, names. Refreshes the recency of the names the index knows.
-for i = 2, #ARGV do
+-- ARGV: p, names. Refreshes the recency of the names the index knows, last first.
+for i = #ARGV, 2, -1 do
   if redis.call('HEXISTS', p..'size', ARGV[i]) == 1 then
     refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick(), true)
   end
@@ -420,17 +538,28 @@ return out
 
 const ROUND: &str = r#"
 -- ARGV: p, node, ttl_ms, capacity, watermark, ratio, policy (`per_salt`: IsolatedLRU, below;
--- else by capacity), ahead. Starts an eviction round, atomically.
+-- else by capacity), ahead, catch_up. Starts an eviction round, atomically.
 -- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
 -- `landing` adds the bytes live nodes are writing. When `stored` is under
 -- `watermark x capacity` and `landing` under `ahead x capacity`: returns {0}. When another node
 -- holds the eviction lease: {-1}. Else takes (or renews) the lease for ttl_ms and claims the
 -- round's victims, the least recent names no node locks or deletes (among the
--- 4 x limit + 64 least recent): LMCache's `floor(objects x ratio)` plus what brings `stored`
--- back to the watermark when `stored` reached it; and at least what brings `landing` back
--- under `ahead x capacity`; at least 1. Returns {1, name, size, ...}.
+-- 4 x limit + 64 least recent): when `stored` reached the watermark, LMCache's
+-- `floor(objects x ratio)`, and with `catch_up` = 1 (`eviction_unit = "bytes"`) at least down
+-- to `watermark x capacity x (1 - ratio)`, as one node's round (crate::eviction's
+-- global_round); and at least what brings `landing` back under `ahead x capacity`; at least
+-- 1. Returns {1, name, size, ...}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
 local capacity, watermark, ratio = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local catch_up = ARGV[9] == '1'
+-- A round's count when `stored` (of `n` objects, `average` bytes each) reached `mark`.
+local function due_count(n, stored, mark, average)
+  local limit = math.floor(n * ratio)
+  if catch_up then
+    limit = math.max(limit, math.ceil((stored - mark * (1 - ratio)) / average))
+  end
+  return limit
+end
 local function take(set, limit, skip, out)
   local taken = 0
   for _, name in ipairs(redis.call('ZRANGE', set, 0, 4 * limit + 63 + skip)) do
@@ -480,6 +609,26 @@ local function arc_take(limit, deleting, out)
   -- Objects in neither list (stored while the fleet had another order) go by recency.
   if limit > 0 then take(p..'recency', limit, #deleting, out) end
 end
+-- FLRU's rate order: the free objects with the lowest rate scores now (an object a listing
+-- added, with no uses, as used once at its tick 0).
+local function rates_take(limit, prior, out)
+  local clock, cap = tonumber(redis.call('GET', p..'clock') or '0'), peak()
+  local scored = {}
+  for _, name in ipairs(redis.call('HKEYS', p..'size')) do
+    if free(name) then
+      local salt = redis.call('HGET', p..'salt', name) or ''
+      local last = tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
+      local uses = tonumber(redis.call('HGET', p..'uses', name) or '1')
+      local first = tonumber(redis.call('HGET', p..'first', name) or last)
+      scored[#scored + 1] = {rate_score(uses, first, last, clock, cap, prior), last, name}
+    end
+  end
+  for _, name in ipairs(lowest(scored, limit)) do
+    claim(node, name)
+    out[#out + 1] = name
+    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+  end
+end
 if ARGV[7] == 'per_salt' then
   -- IsolatedLRU: each salt against its own quota (none: 0, LMCache's allowlist rule); a
   -- round takes victims of the salts due only, from each salt's own recency.
@@ -512,7 +661,9 @@ if ARGV[7] == 'per_salt' then
     local n = redis.call('ZCARD', p..'srec:'..salt)
     local average = b / math.max(1, n)
     local skip = claimed_n[salt] or 0
-    local limit = math.floor((n - skip) * ratio) + math.ceil((stored - mark) / average)
+    -- A salt without a quota (limit 0) loses all of it (ratio 1, as on one node).
+    local limit = n - skip
+    if mark > 0 then limit = due_count(n - skip, stored, mark, average) end
     take(p..'srec:'..salt, math.max(1, limit), skip, out)
   end
   return out
@@ -535,7 +686,7 @@ local average = 1
 if known > 0 and objects > 0 then average = known / objects end
 local limit = 0
 if stored >= mark then
-  limit = math.floor((objects - #deleting) * ratio) + math.ceil((stored - mark) / average)
+  limit = due_count(objects - #deleting, stored, mark, average)
 end
 if landing >= ahead then
   limit = math.max(limit, math.ceil((landing - ahead) / average))
@@ -543,6 +694,8 @@ end
 local out = {1}
 if order() == 'arc' then
   arc_take(math.max(1, limit), deleting, out)
+elseif order() == 'flru' and PRIOR[flru_mode()] then
+  rates_take(math.max(1, limit), PRIOR[flru_mode()], out)
 else
   take(p..'recency', math.max(1, limit), #deleting, out)
 end

@@ -447,6 +447,7 @@ fn round(capacity: u64) -> FleetRound {
         ratio: 0.2,
         per_salt: false,
         ahead: 1.0,
+        catch_up: false,
     }
 }
 
@@ -507,13 +508,23 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
         .unwrap()
         .unwrap();
     end_round(&a, &["k1"]).await;
-    // 90 known bytes in 8 objects: LMCache's floor(8 x 0.2) = 1, plus the 10 bytes over the
-    // watermark at the average size (11.25): 1. Least recent first, k0 still locked.
+    // 90 known bytes in 8 objects: LMCache's floor(8 x 0.2) = 1, least recent first, k0
+    // still locked.
     let u = usage(&a).await;
     assert_eq!((u.bytes, u.objects, u.pending), (90, 8, 0));
     assert_eq!(
         claimed(b.send(round(100)).await.unwrap().unwrap()),
-        names(&["k2", "k3"])
+        names(&["k2"])
+    );
+    // 80 stored less claimed, still at the watermark: floor(7 x 0.2) = 1; with the bytes unit's
+    // catch-up, down to 0.8 x 100 x 0.8 = 64 at the average size (11.25): 2.
+    let catch_up = FleetRound {
+        catch_up: true,
+        ..round(100)
+    };
+    assert_eq!(
+        claimed(b.send(catch_up).await.unwrap().unwrap()),
+        names(&["k3", "k4"])
     );
     // b holds the lease until it gives it up: a finds the bucket full but another node busy.
     found(&a, "k10", "", 100).await;
@@ -559,6 +570,39 @@ async fn landing_bytes_are_kept_under_the_landing_mark() {
     );
 }
 
+#[actix_rt::test]
+async fn a_batchs_first_name_is_its_most_recent() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    // Stored in one batch, then locked in one batch: as on one node, a request's first chunk
+    // is touched last, so its suffix goes first and its prefix stays.
+    let batch = ["p0", "p1", "p2"].map(|n| obj(n, "", 10)).to_vec();
+    a.send(written(batch, &[], 0)).await.unwrap().unwrap();
+    assert_eq!(
+        claimed(a.send(round(30)).await.unwrap().unwrap()),
+        names(&["p2"]),
+        "stored"
+    );
+    end_round(&a, &["p2"]).await;
+    found(&a, "q", "", 10).await;
+    lock(&b, &["p0", "p1"]).await;
+    b.send(FleetUnlock(names(&["p0", "p1"])))
+        .await
+        .unwrap()
+        .unwrap();
+    // q, p1, p0 from the least recent; 30 bytes of 30: floor(3 x 0.2) = 0, at least 1.
+    assert_eq!(
+        claimed(a.send(round(30)).await.unwrap().unwrap()),
+        names(&["q"])
+    );
+    end_round(&a, &["q"]).await;
+    assert_eq!(
+        claimed(a.send(round(25)).await.unwrap().unwrap()),
+        names(&["p1"]),
+        "locked"
+    );
+}
+
 fn salted_round() -> FleetRound {
     FleetRound {
         per_salt: true,
@@ -589,12 +633,16 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
     let u = usage(&b).await;
     assert_eq!(u.quotas.get("sa"), Some(&100));
     // sa: 30 of 0.8 x 100: not due. sb: 30 of 0.8 x 20 = 16: due, its victims only, least
-    // recent first, the locked one skipped: floor(3 x 0.2) = 0 plus the 14 bytes over the
-    // mark at 10 bytes each: 2.
+    // recent first, the locked one skipped: LMCache's floor(3 x 0.2) = 0, at least 1; and
+    // again while sb (20 less what is claimed) is still at its mark.
     lock(&a, &["b0"]).await;
     assert_eq!(
         claimed(b.send(salted_round()).await.unwrap().unwrap()),
-        names(&["b1", "b2"])
+        names(&["b1"])
+    );
+    assert_eq!(
+        claimed(b.send(salted_round()).await.unwrap().unwrap()),
+        names(&["b2"])
     );
     end_round(&b, &["b1", "b2"]).await;
     assert_eq!(b.send(salted_round()).await.unwrap().unwrap(), Round::Under);

@@ -25,6 +25,7 @@ async fn evict(node: &Addr<FleetIndex>, bytes: u64, objects: usize, k: usize) ->
         ratio: (k as f64 + 0.5) / objects as f64,
         per_salt: false,
         ahead: 2.0,
+        catch_up: false,
     };
     let got = claimed(node.send(round).await.unwrap().unwrap());
     let removed: Vec<&str> = got.iter().map(String::as_str).collect();
@@ -52,22 +53,32 @@ fn ks(range: std::ops::Range<usize>) -> Vec<String> {
     range.map(|i| format!("k{i}")).collect()
 }
 
-/// A key of the index, read straight from the server (what a node never needs to read).
-fn index_get(redis: &RedisServer, key: &str) -> Option<String> {
+/// A key of the index (`field` of a hash, else a string), read straight from the server
+/// (what a node never needs to read).
+fn index_read(redis: &RedisServer, key: &str, field: Option<&str>) -> Option<String> {
     let mut con = redis::Client::open(redis.url())
         .unwrap()
         .get_connection()
         .unwrap();
-    redis::cmd("GET")
-        .arg(format!("kvtier:{{s3:127.0.0.1/bucket/prefix}}:{key}"))
-        .query(&mut con)
-        .unwrap()
+    let key = format!("kvtier:{{s3:127.0.0.1/bucket/prefix}}:{key}");
+    match field {
+        Some(field) => redis::cmd("HGET").arg(key).arg(field).query(&mut con),
+        None => redis::cmd("GET").arg(key).query(&mut con),
+    }
+    .unwrap()
+}
+
+fn index_get(redis: &RedisServer, key: &str) -> Option<String> {
+    index_read(redis, key, None)
 }
 
 #[actix_rt::test]
 async fn flru_keeps_an_object_used_again_past_later_ones_and_remembers_uses_after_eviction() {
     let redis = RedisServer::start();
-    let flru = FleetOrder::Flru { bonus: 0.4 };
+    let flru = FleetOrder::Flru {
+        bonus: 0.4,
+        adaptive: true,
+    };
     let (a, b) = (
         ordered(&redis.url(), "a", flru).await,
         ordered(&redis.url(), "b", flru).await,
@@ -132,4 +143,76 @@ async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
     deleted(&a, &["k1"]).await;
     store(&a, &["k1"]).await;
     assert_eq!(evict(&a, 20, 2, 1).await, names(&["k1"]));
+}
+
+#[actix_rt::test]
+async fn flru_rates_keep_the_object_used_most_often_where_recency_would_not() {
+    let redis = RedisServer::start();
+    // Bonus 0: FLRU's priority is plain recency, so only the rate order keeps k0.
+    let rates = FleetOrder::Flru {
+        bonus: 0.0,
+        adaptive: false,
+    };
+    let (a, b) = (
+        ordered(&redis.url(), "a", rates).await,
+        ordered(&redis.url(), "b", rates).await,
+    );
+    assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0:rates"));
+    store(&a, &["k0"]).await;
+    for _ in 0..5 {
+        hit(&b, "k0").await;
+    }
+    store(&a, &["k1", "k2", "k3", "k4", "k5"]).await;
+    // k0: 6 uses in 11 ticks; k1..k5 once each, k1 the longest ago. By recency k0 would go
+    // first.
+    assert_eq!(evict(&a, 60, 6, 1).await, names(&["k1"]));
+    assert_eq!(evict(&b, 50, 5, 4).await, ks(2..6), "k0 goes last");
+}
+
+/// Names whose SHA-1 starts with `0`: the fleet's shadows sample them (one in 16).
+const SAMPLED: [&str; 21] = [
+    "s7", "s18", "s32", "s49", "s61", "s83", "s102", "s103", "s110", "s112", "s117", "s154",
+    "s156", "s158", "s187", "s239", "s242", "s247", "s291", "s296", "s306",
+];
+
+#[actix_rt::test]
+async fn flru_shadows_choose_the_mode_from_every_nodes_stores_and_hits() {
+    let redis = RedisServer::start();
+    // Bonus 0: in LRU placement FLRU's order is plain recency.
+    let adaptive = FleetOrder::Flru {
+        bonus: 0.0,
+        adaptive: true,
+    };
+    let (a, b) = (
+        ordered(&redis.url(), "a", adaptive).await,
+        ordered(&redis.url(), "b", adaptive).await,
+    );
+    // One hot sampled name, hit on b between stores on a of sampled names used once: in the
+    // shadows' tier of one object LRU placement never hits, the others keep the hot one.
+    let (hot, once) = SAMPLED.split_first().unwrap();
+    store(&a, &[*hot]).await;
+    for name in once {
+        store(&a, &[*name]).await;
+        hit(&b, hot).await;
+    }
+    assert_eq!(
+        index_read(&redis, "sh:score", Some("1")).as_deref(),
+        Some("0")
+    );
+    let last: f64 = index_read(&redis, "sh:score", Some("3"))
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        last > 1.0,
+        "placing new names last hits the hot one: {last}"
+    );
+    // x0 used twice, then x1 stored once (neither sampled): by recency x0 would go first;
+    // in every other mode the new x1 goes before it.
+    store(&a, &["x0"]).await;
+    hit(&b, "x0").await;
+    store(&a, &["x1"]).await;
+    let order = evict(&a, 230, 23, 23).await;
+    let at = |n: &str| order.iter().position(|o| o == n).unwrap();
+    assert!(at("x1") < at("x0"), "{order:?}");
 }
