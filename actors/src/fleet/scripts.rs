@@ -609,10 +609,14 @@ local function arc_take(limit, deleting, out)
   -- Objects in neither list (stored while the fleet had another order) go by recency.
   if limit > 0 then take(p..'recency', limit, #deleting, out) end
 end
--- FLRU's rate order: the free objects with the lowest rate scores now (an object a listing
--- added, with no uses, as used once at its tick 0).
-local function rates_take(limit, prior, out)
-  local clock, cap = tonumber(redis.call('GET', p..'clock') or '0'), peak()
+-- FLRU's rate order: the free objects with the lowest rate scores (an object a listing added,
+-- with no uses, as used once at its tick 0). As on one node (crate::eviction's FLRU,
+-- RATE_REFRESH and RATE_ORDER_EXTRA), scoring every object is not done per round: `rates`
+-- (a list) keeps the `peak / 16 + 64` lowest names as of the tick in `rates_at` (with the
+-- prior), recomputed once `peak / 64` ticks have passed or the list runs out; a round takes
+-- the names still known, free and not touched since.
+local function rates_fill(prior, clock)
+  local cap = peak()
   local scored = {}
   for _, name in ipairs(redis.call('HKEYS', p..'size')) do
     if free(name) then
@@ -623,10 +627,39 @@ local function rates_take(limit, prior, out)
       scored[#scored + 1] = {rate_score(uses, first, last, clock, cap, prior), last, name}
     end
   end
-  for _, name in ipairs(lowest(scored, limit)) do
-    claim(node, name)
-    out[#out + 1] = name
-    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+  redis.call('DEL', p..'rates')
+  local names = lowest(scored, math.floor(cap / 16) + 64)
+  for i = 1, #names, 1000 do
+    redis.call('RPUSH', p..'rates', unpack(names, i, math.min(#names, i + 999)))
+  end
+  redis.call('SET', p..'rates_at', clock..':'..prior)
+  return #names
+end
+local function rates_take(limit, prior, out)
+  local clock = tonumber(redis.call('GET', p..'clock') or '0')
+  local at, was = string.match(redis.call('GET', p..'rates_at') or '', '^(%d+):(.*)$')
+  at = tonumber(at)
+  if at == nil or tonumber(was) ~= prior or clock - at > peak() / 64 then
+    rates_fill(prior, clock)
+    at = clock
+  end
+  local taken = 0
+  while taken < limit do
+    local name = redis.call('LPOP', p..'rates')
+    if not name then
+      -- Run out: score again (everything in a list scored now can be taken).
+      if rates_fill(prior, clock) == 0 then break end
+      at = clock
+      name = redis.call('LPOP', p..'rates')
+    end
+    local salt = redis.call('HGET', p..'salt', name) or ''
+    local last = tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
+    if redis.call('HEXISTS', p..'size', name) == 1 and last <= at and free(name) then
+      claim(node, name)
+      out[#out + 1] = name
+      out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+      taken = taken + 1
+    end
   end
 end
 if ARGV[7] == 'per_salt' then

@@ -14,6 +14,18 @@ async fn ordered(url: &str, name: &str, order: FleetOrder) -> Addr<FleetIndex> {
     addr
 }
 
+fn flru(bonus: f64, adaptive: bool) -> FleetOrder {
+    FleetOrder::Flru { bonus, adaptive }
+}
+
+/// Nodes `a` and `b`, each joined with `order`.
+async fn two(redis: &RedisServer, order: FleetOrder) -> (Addr<FleetIndex>, Addr<FleetIndex>) {
+    (
+        ordered(&redis.url(), "a", order).await,
+        ordered(&redis.url(), "b", order).await,
+    )
+}
+
 /// One round on a bucket of `objects` objects, `bytes` in all, that claims exactly `k`: the
 /// stored bytes sit at the watermark (nothing to catch up) and LMCache's
 /// `floor(objects × ratio)` is `k`; the bytes landing play no part. The claimed names are
@@ -75,14 +87,7 @@ fn index_get(redis: &RedisServer, key: &str) -> Option<String> {
 #[actix_rt::test]
 async fn flru_keeps_an_object_used_again_past_later_ones_and_remembers_uses_after_eviction() {
     let redis = RedisServer::start();
-    let flru = FleetOrder::Flru {
-        bonus: 0.4,
-        adaptive: true,
-    };
-    let (a, b) = (
-        ordered(&redis.url(), "a", flru).await,
-        ordered(&redis.url(), "b", flru).await,
-    );
+    let (a, b) = two(&redis, flru(0.4, true)).await;
     assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0.4"));
     // A node that does not evict leaves the bucket's order as it is.
     let reader = FleetIndex::new(IndexConfig {
@@ -116,10 +121,7 @@ async fn flru_keeps_an_object_used_again_past_later_ones_and_remembers_uses_afte
 #[actix_rt::test]
 async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
     let redis = RedisServer::start();
-    let (a, b) = (
-        ordered(&redis.url(), "a", FleetOrder::Arc).await,
-        ordered(&redis.url(), "b", FleetOrder::Arc).await,
-    );
+    let (a, b) = two(&redis, FleetOrder::Arc).await;
     // T1 = k1, k2, k3 (seen once), T2 = k0 (hit on b).
     store(&a, &["k0", "k1"]).await;
     hit(&b, "k0").await;
@@ -149,14 +151,7 @@ async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
 async fn flru_rates_keep_the_object_used_most_often_where_recency_would_not() {
     let redis = RedisServer::start();
     // Bonus 0: FLRU's priority is plain recency, so only the rate order keeps k0.
-    let rates = FleetOrder::Flru {
-        bonus: 0.0,
-        adaptive: false,
-    };
-    let (a, b) = (
-        ordered(&redis.url(), "a", rates).await,
-        ordered(&redis.url(), "b", rates).await,
-    );
+    let (a, b) = two(&redis, flru(0.0, false)).await;
     assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0:rates"));
     store(&a, &["k0"]).await;
     for _ in 0..5 {
@@ -179,14 +174,7 @@ const SAMPLED: [&str; 21] = [
 async fn flru_shadows_choose_the_mode_from_every_nodes_stores_and_hits() {
     let redis = RedisServer::start();
     // Bonus 0: in LRU placement FLRU's order is plain recency.
-    let adaptive = FleetOrder::Flru {
-        bonus: 0.0,
-        adaptive: true,
-    };
-    let (a, b) = (
-        ordered(&redis.url(), "a", adaptive).await,
-        ordered(&redis.url(), "b", adaptive).await,
-    );
+    let (a, b) = two(&redis, flru(0.0, true)).await;
     // One hot sampled name, hit on b between stores on a of sampled names used once: in the
     // shadows' tier of one object LRU placement never hits, the others keep the hot one.
     let (hot, once) = SAMPLED.split_first().unwrap();
