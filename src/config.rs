@@ -823,7 +823,9 @@ fn strict<T: DeserializeOwned>(v: Value) -> Result<T, (String, String)> {
         } else {
             path
         };
-        let message = if SECRET_FIELDS.iter().any(|s| field.ends_with(s)) {
+        // A missing secret has no value to hide.
+        let missing = message.starts_with("missing field");
+        let message = if !missing && SECRET_FIELDS.iter().any(|s| field.ends_with(s)) {
             "invalid value (not shown: secret)".to_owned()
         } else {
             message

@@ -448,6 +448,16 @@ fn fleet_is_configured_like_the_rest() {
     std::fs::write(&file, "[fleet]\nindx = \"redis://h\"\n").unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
     assert!(err.to_string().contains("fleet.indx"), "{err}");
+    // A fleet setting without an index (say, one variable left in the environment) says the
+    // index is missing, not that a secret is wrong.
+    let env = [("KVTIER_FLEET__LANDING_MARK", "0.8")].map(|(k, v)| (k.to_string(), v.to_string()));
+    let err = TierConfig::load(&ConfigSources::default().env(env.into_iter().collect()))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.contains("fleet.index") && err.contains("missing"),
+        "{err}"
+    );
 
     let without = TierConfig::load(&ConfigSources::default().env(Default::default())).unwrap();
     assert!(without.fleet.is_none());
