@@ -560,14 +560,18 @@ local function due_count(n, stored, mark, average)
   end
   return limit
 end
+-- Claims `name` for this round: into `out` with its size.
+local function victim(name, out)
+  claim(node, name)
+  out[#out + 1] = name
+  out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+end
 local function take(set, limit, skip, out)
   local taken = 0
   for _, name in ipairs(redis.call('ZRANGE', set, 0, 4 * limit + 63 + skip)) do
     if taken >= limit then break end
     if free(name) then
-      claim(node, name)
-      out[#out + 1] = name
-      out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+      victim(name, out)
       taken = taken + 1
     end
   end
@@ -601,9 +605,7 @@ local function arc_take(limit, deleting, out)
       if name then t1 = t1 - 1 end
     end
     if not name then break end
-    claim(node, name)
-    out[#out + 1] = name
-    out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+    victim(name, out)
     limit = limit - 1
   end
   -- Objects in neither list (stored while the fleet had another order) go by recency.
@@ -655,9 +657,7 @@ local function rates_take(limit, prior, out)
     local salt = redis.call('HGET', p..'salt', name) or ''
     local last = tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
     if redis.call('HEXISTS', p..'size', name) == 1 and last <= at and free(name) then
-      claim(node, name)
-      out[#out + 1] = name
-      out[#out + 1] = redis.call('HGET', p..'size', name) or '0'
+      victim(name, out)
       taken = taken + 1
     end
   end
