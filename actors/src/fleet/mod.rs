@@ -118,14 +118,9 @@ impl FleetOrder {
     fn wire(self) -> String {
         match self {
             Self::Lru => "lru".into(),
-            Self::Flru {
-                bonus,
-                adaptive: true,
-            } => format!("flru:{bonus}"),
-            Self::Flru {
-                bonus,
-                adaptive: false,
-            } => format!("flru:{bonus}:rates"),
+            Self::Flru { bonus, adaptive } => {
+                format!("flru:{bonus}{}", if adaptive { "" } else { ":rates" })
+            }
             Self::Arc => "arc".into(),
         }
     }

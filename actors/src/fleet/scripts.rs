@@ -111,19 +111,23 @@ local function history_take(r, name)
   end
   return 0, nil
 end
--- One use of `name` in ranking `r` at tick `at`: returns its uses (with those remembered)
--- and the tick of its first use.
+-- One use of `name` in ranking `r` at tick `at`: returns its uses (with those remembered).
+-- Its first use is set when it comes into the ranking (from the history, else `at`).
 local function use(r, name, at)
   local uses = tonumber(redis.call('HGET', r..'uses', name) or '0')
-  local first = tonumber(redis.call('HGET', r..'first', name) or at)
   if uses == 0 then
-    local u, f = history_take(r, name)
-    uses, first = u, f or at
+    local first
+    uses, first = history_take(r, name)
+    redis.call('HSET', r..'first', name, first or at)
   end
   uses = math.min(255, uses + 1)
   redis.call('HSET', r..'uses', name, uses)
-  redis.call('HSET', r..'first', name, first)
-  return uses, first
+  return uses
+end
+-- The tick of a known object's last store or hit (0 for one a listing added).
+local function last_use(name)
+  local salt = redis.call('HGET', p..'salt', name) or ''
+  return tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
 end
 -- `name` left ranking `r`: its uses and first use go to the history, of `limit` names a
 -- generation.
@@ -622,8 +626,7 @@ local function rates_fill(prior, clock)
   local scored = {}
   for _, name in ipairs(redis.call('HKEYS', p..'size')) do
     if free(name) then
-      local salt = redis.call('HGET', p..'salt', name) or ''
-      local last = tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
+      local last = last_use(name)
       local uses = tonumber(redis.call('HGET', p..'uses', name) or '1')
       local first = tonumber(redis.call('HGET', p..'first', name) or last)
       scored[#scored + 1] = {rate_score(uses, first, last, clock, cap, prior), last, name}
@@ -654,9 +657,7 @@ local function rates_take(limit, prior, out)
       at = clock
       name = redis.call('LPOP', p..'rates')
     end
-    local salt = redis.call('HGET', p..'salt', name) or ''
-    local last = tonumber(redis.call('ZSCORE', p..'srec:'..salt, name) or '0')
-    if redis.call('HEXISTS', p..'size', name) == 1 and last <= at and free(name) then
+    if redis.call('HEXISTS', p..'size', name) == 1 and last_use(name) <= at and free(name) then
       victim(name, out)
       taken = taken + 1
     end
