@@ -151,6 +151,77 @@ async fn two_nodes_on_one_bucket_share_one_capacity() {
     b.close().await;
 }
 
+/// Bytes of `tier`'s writes waiting for room in the full bucket, as its status says.
+async fn waiting(tier: &Tier) -> u64 {
+    let s = tier.status().await.unwrap();
+    s.adapters[0].fleet.as_ref().map_or(0, |f| f.waiting_bytes)
+}
+
+/// Writes of `tier` that waited for room, made when room came (`over` false) or past the
+/// capacity when the wait ran out (`over` true), from its metrics.
+fn waits(tier: &Tier, over: bool) -> u64 {
+    let outcome = if over { "over" } else { "written" };
+    let text = tier.metrics_text().unwrap();
+    text.lines()
+        .find(|l| {
+            l.starts_with("kvtier_fleet_write_waits_total")
+                && l.contains(&format!("outcome=\"{outcome}\""))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// A write that would take the bucket past its capacity waits for a round's deletes. Node `a`
+/// holds 70 objects locked, so node `b`'s write of 40 more finds the bucket full: it waits
+/// (its status says so) and the bucket stays within its capacity; once `a` unlocks them, `b`'s
+/// round makes room and the write is made. With a short wait and the locks kept, the write is
+/// made past the capacity when the wait runs out: the store succeeds (nothing is lost), and
+/// the locked objects stay.
+#[actix_rt::test]
+async fn a_write_waits_for_room_in_a_full_bucket() {
+    for long in [true, false] {
+        let redis = RedisServer::start();
+        let url = redis.url();
+        let dir = tempfile::tempdir().unwrap();
+        let a = node(dir.path(), Some(&url), "a").await;
+        store(&a, 0..70).await;
+        let held: Vec<_> = (0..70).map(key).collect();
+        assert!(a.lookup_and_lock(held.clone()).await.unwrap().all());
+        let wait = Duration::from_millis(if long { 600_000 } else { 50 });
+        let fleet = FleetConfig::new(&url).node_id("b").write_wait(wait);
+        let b = started(&node_config(dir.path(), None, "b", CAPACITY).fleet(fleet)).await;
+        let keys: Vec<_> = (1000..1040).map(key).collect();
+        let objects = (1000..1040).map(|i| payload(i, OBJ)).collect();
+        let write = b.store(keys.clone(), objects);
+        let meanwhile = async {
+            if long {
+                until("b's write waits", || async { waiting(&b).await > 0 }).await;
+                assert_eq!(waiting(&b).await, 40 * OBJ as u64);
+                assert_eq!(bucket_bytes(dir.path()), 70 * OBJ as u64, "not written yet");
+                a.unlock(held.clone());
+            }
+        };
+        let (r, ()) = futures_util::future::join(write, meanwhile).await;
+        assert!(r.unwrap().success());
+        b.when_idle(0).await.unwrap();
+        assert_eq!(waiting(&b).await, 0);
+        assert_eq!(waits(&b, !long), 1);
+        assert_eq!(waits(&b, long), 0);
+        if long {
+            let bucket = bucket_bytes(dir.path());
+            assert!(bucket <= CAPACITY, "bucket {bucket} > capacity {CAPACITY}");
+            let found = b.lookup_and_lock(keys).await.unwrap();
+            assert!(found.all(), "{found:?}");
+        } else {
+            // Made past the capacity; the next rounds could take only b's objects.
+            let loaded = a.load(held.clone(), vec![BytesMut::zeroed(OBJ); 70]).await;
+            assert!(loaded.hits.all(), "{:?}", loaded.misses);
+        }
+        a.close().await;
+        b.close().await;
+    }
+}
+
 /// A key node `a` holds locked is the least recent in the bucket; node `b` fills the bucket
 /// far past its capacity. With the fleet the key stays and loads; once unlocked it can go.
 /// Without the fleet, `b` (which found the key at start) deletes it under `a`'s lock.
@@ -416,6 +487,7 @@ fn fleet_is_configured_like_the_rest() {
         ("KVTIER_FLEET__INDEX", "rediss://h:6380"),
         ("KVTIER_FLEET__LISTING_INTERVAL_SECS", "0"),
         ("KVTIER_FLEET__LANDING_MARK", "0.95"),
+        ("KVTIER_FLEET__WRITE_WAIT_MS", "0"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
     let config =
@@ -424,11 +496,10 @@ fn fleet_is_configured_like_the_rest() {
     assert_eq!(fleet.index.expose(), "rediss://h:6380");
     assert_eq!(fleet.listing_interval_secs, 0, "the environment wins");
     assert_eq!(fleet.landing_mark, Some(0.95));
-    assert_eq!(
-        FleetConfig::new("redis://h").landing_mark,
-        None,
-        "default: from the watermark"
-    );
+    assert_eq!(fleet.write_wait_ms, 0, "writes do not wait");
+    let default = FleetConfig::new("redis://h");
+    assert_eq!(default.landing_mark, None, "default: from the wait");
+    assert_eq!(default.write_wait_ms, 2000);
 
     std::fs::write(
         &file,

@@ -202,16 +202,32 @@ pub struct FleetConfig {
     #[serde(default = "default_listing_interval")]
     pub listing_interval_secs: u64,
     /// The share of each adapter's capacity under which eviction rounds keep the bytes
-    /// *landing* (the objects stored plus the bytes being written); in (0, 1]. The gap to 1 is
-    /// room for deletions in flight, which the bucket still holds. Default: halfway between the
-    /// adapter's `trigger_watermark` and 1 (0.9 for 0.8). Lower keeps the bucket's peak lower
-    /// and costs hits; 1 runs the bucket fullest (docs/fleet.md, "Eviction rounds").
+    /// *landing* (the objects stored plus the bytes being written); in (0, 1]. Default: 1 when
+    /// writes wait for room (`write_wait_ms` > 0, the default), since a write that would take
+    /// the bucket past its capacity then waits for the deletes; else halfway between the
+    /// adapter's `trigger_watermark` and 1 (0.9 for 0.8), the gap being room for deletions in
+    /// flight, which the bucket still holds. Lower keeps the bucket's peak lower and costs hits
+    /// (docs/fleet.md, "Eviction rounds").
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub landing_mark: Option<f64>,
+    /// The longest a write waits for room in a full bucket, in milliseconds; 0 turns the wait
+    /// off. A node announces each write to the index before it makes it; when the bucket's
+    /// footprint (the objects stored, those being deleted, the writes of every node in flight)
+    /// would pass the capacity with it, the write waits for an eviction round's deletes, so
+    /// the bucket stays within its capacity. When the wait runs out the write is made anyway
+    /// (nothing is lost; the bucket goes over) and `kvtier_fleet_write_waits{outcome="over"}`
+    /// counts it. Default 2000. Applies to adapters that evict by capacity (not
+    /// `IsolatedLRU`, whose limits are per salt).
+    #[serde(default = "default_write_wait")]
+    pub write_wait_ms: u64,
 }
 
 fn default_listing_interval() -> u64 {
     300
+}
+
+fn default_write_wait() -> u64 {
+    2000
 }
 
 impl FleetConfig {
@@ -222,7 +238,16 @@ impl FleetConfig {
             node_id: None,
             listing_interval_secs: default_listing_interval(),
             landing_mark: None,
+            write_wait_ms: default_write_wait(),
         }
+    }
+
+    /// Sets the longest a write waits for room in a full bucket (see
+    /// [`FleetConfig::write_wait_ms`]; zero turns the wait off).
+    #[must_use]
+    pub fn write_wait(mut self, wait: std::time::Duration) -> Self {
+        self.write_wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+        self
     }
 
     /// Sets the share of the capacity under which rounds keep the bytes landing (see

@@ -175,7 +175,7 @@ const COUNTERS: [(&str, &str); 21] = [
 ];
 
 /// Counters with one vocabulary label: (name, label, help).
-const LABELLED: [(&str, &str, &str); 7] = [
+const LABELLED: [(&str, &str, &str); 8] = [
     (
         "store_failed_keys",
         "kind",
@@ -197,6 +197,11 @@ const LABELLED: [(&str, &str, &str); 7] = [
         "Keys whose delete failed, by error kind",
     ),
     ("retries", "cause", "Requests retried, by cause"),
+    (
+        "fleet_write_waits",
+        "outcome",
+        "[fleet]: writes that waited for room in the full bucket, by outcome (written: room came; over: written past the capacity after fleet.write_wait_ms)",
+    ),
     (
         "hub_requests",
         "route",
@@ -662,6 +667,15 @@ impl AdapterMetrics {
         }
     }
 
+    /// Fleet mode: a write that waited for room in the full bucket was made, `over` the
+    /// capacity when the wait ran out first.
+    pub(crate) fn fleet_write_waited(&self, over: bool) {
+        if let Some(h) = &self.0 {
+            let outcome = if over { "over" } else { "written" };
+            h.labelled("fleet_write_waits", "outcome", outcome).inc();
+        }
+    }
+
     /// A request retried because of `cause` (`throttled`, `server_error`, `connection`,
     /// `timeout`, `credentials`, `clock_skew`, …).
     pub fn retry(&self, cause: &str) {
@@ -711,6 +725,7 @@ mod tests {
         a.retry("throttled");
         a.hub_request("xet_read_token");
         a.metadata_cache(true);
+        a.fleet_write_waited(false);
         a.set_salt_usage([("tenant-a", 7u64)].into_iter(), &mut Vec::new());
         let mut text = String::new();
         encode(&mut text, &registry).unwrap();
@@ -733,6 +748,7 @@ mod tests {
             "kvtier_eviction_rounds counter",
             "kvtier_fleet_joined gauge",
             "kvtier_fleet_usage_bytes gauge",
+            "kvtier_fleet_write_waits counter",
             "kvtier_healthy gauge",
             "kvtier_hf_metadata_cache counter",
             "kvtier_hub_requests counter",

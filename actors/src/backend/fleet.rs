@@ -57,10 +57,15 @@ pub(super) struct FleetLink {
     /// `eviction_unit = "bytes"`: rounds catch up to the watermark (see [`FleetRound`]).
     catch_up: bool,
     /// The share of the capacity rounds keep the bytes landing under: `fleet.landing_mark`,
-    /// else [`landing_mark`] of the watermark.
+    /// else [`landing_mark`].
     landing: f64,
     /// `IsolatedLRU`: rounds go salt by salt against the fleet's quotas.
     per_salt: bool,
+    /// The longest a write waits for room in a full bucket (`fleet.write_wait_ms`; `None`:
+    /// writes do not wait).
+    write_wait: Option<std::time::Duration>,
+    /// Bytes of this node's writes waiting for room (counted as landing by its rounds).
+    waiting: u64,
     /// Period of the usage refresh and eviction check.
     interval: std::time::Duration,
     /// This node's fleet eviction rounds in flight.
@@ -106,10 +111,16 @@ impl FleetLink {
             usage: None,
             evict: eviction.map(|e| (e.trigger_watermark, e.eviction_ratio)),
             catch_up: eviction.is_some_and(|e| e.eviction_unit == EvictionUnit::Bytes),
-            landing: config
-                .landing_mark
-                .unwrap_or_else(|| landing_mark(eviction.map_or(1.0, |e| e.trigger_watermark))),
+            landing: config.landing_mark.unwrap_or_else(|| {
+                landing_mark(
+                    eviction.map_or(1.0, |e| e.trigger_watermark),
+                    config.write_wait_ms > 0,
+                )
+            }),
             per_salt: eviction.is_some_and(|e| e.eviction_policy == EvictionPolicy::IsolatedLru),
+            write_wait: (config.write_wait_ms > 0)
+                .then(|| std::time::Duration::from_millis(config.write_wait_ms)),
+            waiting: 0,
             interval,
             rounds: 0,
             leased: false,
@@ -124,6 +135,9 @@ impl FleetLink {
 /// The most eviction rounds of one node in flight at once (they overlap when stores of the
 /// whole fleet outrun one round's deletes; each claims only what the others have not).
 const MAX_ROUNDS: usize = 4;
+
+/// How soon a write that found the bucket full asks the index again.
+const WRITE_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// Objects per listed page sent to the index in one script.
 const SYNC_PAGE: usize = 1000;
@@ -436,14 +450,42 @@ impl BackendActor {
         );
     }
 
-    /// Announces a write to the index (see [`FleetWriting`]), then makes it, whatever the
-    /// index answered (alone, writes go on). The announcement comes first so that a deletion
-    /// elsewhere that may remove this write's object taints its name; and the reply's usage
-    /// counts the bytes, so a round can start while they are in flight.
+    /// Announces a write to the index (see [`FleetWriting`]), then makes it. The announcement
+    /// comes first so that a deletion elsewhere that may remove this write's object taints its
+    /// name; and the reply's usage counts the bytes, so a round can start while they are in
+    /// flight. While the index is unreachable, the write is made at once (alone, writes go
+    /// on).
     pub(super) fn fleet_write(
         &mut self,
         index: Addr<FleetIndex>,
         items: Vec<Item>,
+        ctx: &mut Context<Self>,
+    ) {
+        self.fleet_announce(index, items, None, ctx);
+    }
+
+    /// The most bytes the bucket may hold with a write of `bytes` that has waited since
+    /// `since` (see [`FleetWriting`]): the capacity, while the write may still wait; `None`
+    /// when writes do not wait here (no wait configured, no eviction by capacity), when the
+    /// write alone is larger than the capacity, or when its wait ran out.
+    fn fleet_write_limit(&self, bytes: u64, since: Option<std::time::Instant>) -> Option<u64> {
+        let link = self.fleet.as_ref()?;
+        let wait = link.write_wait?;
+        let capacity = self.capacity_bytes;
+        let by_capacity = link.evict.is_some() && !link.per_salt && capacity > 0;
+        let expired = since.is_some_and(|t| t.elapsed() >= wait);
+        (by_capacity && bytes <= capacity && !expired).then_some(capacity)
+    }
+
+    /// One announcement of a write (`since`: when it first found the bucket full). When the
+    /// index says the bucket is full, the write's bytes count as this node's waiting bytes (its
+    /// rounds make room for them) and it asks again after [`WRITE_RETRY`]; once the wait has
+    /// run out, it is announced without a limit and made.
+    fn fleet_announce(
+        &mut self,
+        index: Addr<FleetIndex>,
+        items: Vec<Item>,
+        since: Option<std::time::Instant>,
         ctx: &mut Context<Self>,
     ) {
         let names = items
@@ -451,12 +493,39 @@ impl BackendActor {
             .map(|(_, k, _)| k.object_name(self.format))
             .collect();
         let bytes = items.iter().map(|(_, _, o)| o.len() as u64).sum();
-        let announce = index.send(FleetWriting { names, bytes });
+        let limit = self.fleet_write_limit(bytes, since);
+        let announce = index.send(FleetWriting {
+            names,
+            bytes,
+            limit,
+        });
         ctx.spawn(wrap_future::<_, Self>(announce).map(move |res, act, ctx| {
-            if let Ok(Ok(usage)) = res {
+            let Ok(Ok(Announced { started, usage })) = res else {
+                act.write_items(items, ctx);
+                return;
+            };
+            if started {
+                if since.is_some() {
+                    act.metrics.fleet_write_waited(limit.is_none());
+                }
                 act.fleet_usage(usage, ctx);
+                act.write_items(items, ctx);
+                return;
             }
-            act.write_items(items, ctx);
+            if let Some(link) = act.fleet.as_mut() {
+                link.waiting += bytes;
+            }
+            act.fleet_usage(usage, ctx);
+            let since = since.unwrap_or_else(std::time::Instant::now);
+            ctx.run_later(WRITE_RETRY, move |act, ctx| {
+                if let Some(link) = act.fleet.as_mut() {
+                    link.waiting -= bytes;
+                }
+                match act.fleet_index() {
+                    Some(index) => act.fleet_announce(index, items, Some(since), ctx),
+                    None => act.write_items(items, ctx),
+                }
+            });
         }));
     }
 
@@ -530,7 +599,8 @@ impl BackendActor {
         } else {
             capacity > 0
                 && (usage.bytes as f64 >= watermark * capacity as f64
-                    || (usage.bytes + usage.pending) as f64 >= link.landing * capacity as f64)
+                    || (usage.bytes + usage.pending + link.waiting) as f64
+                        >= link.landing * capacity as f64)
         };
         if link.rounds >= MAX_ROUNDS || !due {
             return;
@@ -565,6 +635,7 @@ impl BackendActor {
             per_salt: link.per_salt,
             ahead: link.landing,
             catch_up: link.catch_up,
+            waiting: link.waiting,
         };
         let round = async move {
             let started = std::time::Instant::now();
@@ -689,9 +760,15 @@ impl BackendActor {
     pub(super) fn fleet_status(&self) -> ResponseActFuture<Self, Option<FleetStatus>> {
         match self.fleet_index() {
             None => Box::pin(ready(None)),
-            Some(index) => Box::pin(
-                wrap_future::<_, Self>(index.send(GetFleetStatus)).map(|res, _, _| res.ok()),
-            ),
+            Some(index) => Box::pin(wrap_future::<_, Self>(index.send(GetFleetStatus)).map(
+                |res, act, _| {
+                    let waiting = act.fleet.as_ref().map_or(0, |l| l.waiting);
+                    res.ok().map(|s| FleetStatus {
+                        waiting_bytes: waiting,
+                        ..s
+                    })
+                },
+            )),
         }
     }
 }

@@ -81,12 +81,29 @@ impl FleetStored {
 /// This node starts writing these objects, `bytes` in all: eviction rounds count the bytes
 /// with the fleet's usage until [`FleetStored`] ends them (or the node is reaped), so a round
 /// can start before they land; a deletion that removes one of the names meanwhile taints it.
-/// Replies with the fleet's usage.
+///
+/// With a `limit`, the write is announced only if the bucket's footprint stays within it: the
+/// bytes of every object the index knows (objects claimed for deletion included, since the
+/// bucket holds them until their DELETE completes), plus the bytes every live node is writing,
+/// plus these. Otherwise nothing is recorded and the reply says the bucket is full: the node
+/// waits for a round's deletes and asks again (see `fleet.write_wait_ms`).
 #[derive(Debug, Clone, Message)]
-#[rtype(result = "Result<FleetUsage, FleetError>")]
+#[rtype(result = "Result<Announced, FleetError>")]
 pub(crate) struct FleetWriting {
     pub(crate) names: Vec<String>,
     pub(crate) bytes: u64,
+    /// The most bytes the bucket may hold with this write (`None`: no limit).
+    pub(crate) limit: Option<u64>,
+}
+
+/// The reply to [`FleetWriting`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Announced {
+    /// The write was announced (`false`: it would take the bucket past the limit; nothing was
+    /// recorded).
+    pub(crate) started: bool,
+    /// The fleet's usage after the script.
+    pub(crate) usage: FleetUsage,
 }
 
 /// Locks names for this node; one outcome per name, in order.
@@ -159,17 +176,25 @@ pub(crate) struct FleetRound {
     /// `watermark × capacity × (1 − ratio)`, as one node's does; else (`keys`) it takes
     /// LMCache's `floor(objects × ratio)` alone.
     pub(crate) catch_up: bool,
+    /// Bytes this node waits to write because the bucket is full (see [`FleetWriting`]):
+    /// counted as landing, so the round makes room for them.
+    pub(crate) waiting: u64,
 }
 
 /// The share of the capacity under which a fleet's rounds keep the bytes *landing* (stored
-/// plus being written) unless `fleet.landing_mark` says otherwise: halfway between the
-/// watermark and the capacity. Not the capacity
-/// itself, because a claimed object counts as freed from its claim while the bucket holds it
-/// until its DELETE completes; the margin is room for the deletes in flight, so the bucket
-/// itself stays near the single node's peak (docs/fleet.md, "Eviction rounds", has the
-/// figures).
-pub(crate) fn landing_mark(watermark: f64) -> f64 {
-    (1.0 + watermark.min(1.0)) / 2.0
+/// plus being written) unless `fleet.landing_mark` says otherwise. When writes wait for room
+/// (`waits`: `fleet.write_wait_ms` > 0), the capacity itself: a write that would take the
+/// bucket past it waits until the deletes are done, and the bucket holds what one node's would
+/// (docs/fleet.md, "Writes wait for room", has the figures). Otherwise halfway between the
+/// watermark and the capacity: a claimed object counts as freed from its claim while the
+/// bucket holds it until its DELETE completes, and the margin is room for the deletes in
+/// flight.
+pub(crate) fn landing_mark(watermark: f64, waits: bool) -> f64 {
+    if waits {
+        1.0
+    } else {
+        (1.0 + watermark.min(1.0)) / 2.0
+    }
 }
 
 /// Sets (`Some`) or removes (`None`) the fleet's `IsolatedLRU` quota of a cache salt; replies
@@ -262,4 +287,7 @@ pub struct FleetStatus {
     pub reason: Option<String>,
     /// Times the node (re)joined.
     pub joins: u64,
+    /// Bytes of this node's writes waiting for room in the full bucket (see
+    /// `fleet.write_wait_ms`); 0 when none waits.
+    pub waiting_bytes: u64,
 }

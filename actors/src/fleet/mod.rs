@@ -163,6 +163,7 @@ impl FleetIndex {
             nodes: 0,
             reason: reason.or_else(|| Some("not connected yet".into())),
             joins: 0,
+            waiting_bytes: 0,
         };
         Self {
             config,
@@ -468,12 +469,27 @@ impl Handler<FleetStored> for FleetIndex {
 }
 
 impl Handler<FleetWriting> for FleetIndex {
-    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+    type Result = ResponseActFuture<Self, Result<Announced, FleetError>>;
 
     fn handle(&mut self, msg: FleetWriting, _: &mut Self::Context) -> Self::Result {
-        let mut args = vec![self.config.node.clone(), msg.bytes.to_string()];
+        let mut args = vec![
+            self.config.node.clone(),
+            msg.bytes.to_string(),
+            msg.limit.unwrap_or(0).to_string(),
+        ];
         args.extend(msg.names);
-        self.run(|s| &s.writing, args, parse_usage)
+        self.run(
+            |s| &s.writing,
+            args,
+            |v| match v {
+                Value::Array(mut items) if !items.is_empty() => {
+                    let started = parse_int(items.remove(0))? == 1;
+                    let usage = parse_usage(Value::Array(items))?;
+                    Ok(Announced { started, usage })
+                }
+                v => Err(bad_reply("writing", &v)),
+            },
+        )
     }
 }
 
@@ -586,6 +602,7 @@ impl Handler<FleetRound> for FleetIndex {
             if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
             msg.ahead.to_string(),
             u8::from(msg.catch_up).to_string(),
+            msg.waiting.to_string(),
         ];
         self.run(|s| &s.round, args, parse_round)
     }

@@ -428,16 +428,28 @@ return redis.call('HGETALL', p..'usage')
 "#;
 
 const WRITING: &str = r#"
--- ARGV: p, node, bytes, names: this node starts writing these objects, `bytes` in all (counted
--- by eviction rounds until STORED ends them, or until the node is reaped). Returns the usage
--- hash.
-local node = ARGV[2]
-pending_add(node, tonumber(ARGV[3]))
-for i = 4, #ARGV do
-  redis.call('HINCRBY', p..'writing', ARGV[i], 1)
-  redis.call('HINCRBY', p..'writes:'..node, ARGV[i], 1)
+-- ARGV: p, node, bytes, limit, names: this node starts writing these objects, `bytes` in all
+-- (counted by eviction rounds until STORED ends them, or until the node is reaped). With a
+-- `limit` (> 0), only if the bucket's footprint stays within it: the bytes of the objects the
+-- index knows (claimed ones too: the bucket holds them until deleted), plus the bytes live
+-- nodes are writing, plus these; else nothing is recorded. Returns {1 (started) or 0 (full),
+-- then the usage hash}.
+local node, bytes, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local started = 1
+if limit > 0 then
+  local known = tonumber(redis.call('HGET', p..'usage', 'bytes') or '0')
+  if known + pending_total() + bytes > limit then started = 0 end
 end
-return redis.call('HGETALL', p..'usage')
+if started == 1 then
+  pending_add(node, bytes)
+  for i = 5, #ARGV do
+    redis.call('HINCRBY', p..'writing', ARGV[i], 1)
+    redis.call('HINCRBY', p..'writes:'..node, ARGV[i], 1)
+  end
+end
+local out = redis.call('HGETALL', p..'usage')
+table.insert(out, 1, started)
+return out
 "#;
 
 const QUOTA: &str = r#"
@@ -542,9 +554,10 @@ return out
 
 const ROUND: &str = r#"
 -- ARGV: p, node, ttl_ms, capacity, watermark, ratio, policy (`per_salt`: IsolatedLRU, below;
--- else by capacity), ahead, catch_up. Starts an eviction round, atomically.
+-- else by capacity), ahead, catch_up, waiting. Starts an eviction round, atomically.
 -- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
--- `landing` adds the bytes live nodes are writing. When `stored` is under
+-- `landing` adds the bytes live nodes are writing and the bytes this node waits to write
+-- (`waiting`: WRITING found the bucket full for them). When `stored` is under
 -- `watermark x capacity` and `landing` under `ahead x capacity`: returns {0}. When another node
 -- holds the eviction lease: {-1}. Else takes (or renews) the lease for ttl_ms and claims the
 -- round's victims, the least recent names no node locks or deletes (among the
@@ -710,7 +723,7 @@ for _, name in ipairs(deleting) do
   claimed = claimed + tonumber(redis.call('HGET', p..'size', name) or '0')
 end
 local stored = known - claimed
-local landing = stored + pending_total()
+local landing = stored + pending_total() + tonumber(ARGV[10])
 local mark, ahead = watermark * capacity, tonumber(ARGV[8]) * capacity
 if capacity <= 0 or (stored < mark and landing < ahead) then return {0} end
 local holder = redis.call('GET', p..'lease')

@@ -361,6 +361,7 @@ fn writing(names: &[&str], bytes: u64) -> FleetWriting {
     FleetWriting {
         names: self::names(names),
         bytes,
+        limit: None,
     }
 }
 
@@ -380,7 +381,7 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     found(&a, "x", "", 100).await;
     assert_eq!(claim(&a, &["x"]).await, names(&["x"]));
     // b writes x again while a deletes it: b's PUT may land before a's DELETE.
-    let u = b.send(writing(&["x"], 300)).await.unwrap().unwrap();
+    let u = b.send(writing(&["x"], 300)).await.unwrap().unwrap().usage;
     assert_eq!((u.bytes, u.pending), (100, 300), "the write is pending");
     let u = deleted(&a, &["x"]).await;
     assert_eq!((u.bytes, u.objects), (0, 0));
@@ -408,6 +409,50 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     // A vanished object is forgotten.
     let u = b.send(FleetVanished(names(&["x"]))).await.unwrap().unwrap();
     assert_eq!((u.bytes, u.objects), (0, 0));
+}
+
+/// With a limit, a write is announced only while the bucket's footprint stays within it: the
+/// objects known (claimed ones too, which the bucket holds until deleted), every node's writes
+/// in flight, and this one. A refused write records nothing.
+#[actix_rt::test]
+async fn a_write_past_the_limit_waits_for_the_deletes() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    found(&a, "x", "", 60).await;
+    let within = |n: &[&str], bytes| FleetWriting {
+        limit: Some(100),
+        ..writing(n, bytes)
+    };
+    let r = a.send(within(&["y"], 30)).await.unwrap().unwrap();
+    assert_eq!(
+        (r.started, r.usage.pending),
+        (true, 30),
+        "60 + 30 fit in 100"
+    );
+    let r = b.send(within(&["z"], 20)).await.unwrap().unwrap();
+    assert_eq!(
+        (r.started, r.usage.pending),
+        (false, 30),
+        "60 + 30 + 20 do not"
+    );
+    assert_eq!(claim(&a, &["x"]).await, names(&["x"]));
+    let r = b.send(within(&["z"], 20)).await.unwrap().unwrap();
+    assert!(!r.started, "x is claimed but still in the bucket");
+    deleted(&a, &["x"]).await;
+    let r = b.send(within(&["z"], 20)).await.unwrap().unwrap();
+    assert_eq!((r.started, r.usage.pending), (true, 50), "x is gone");
+    // Recorded as being written: a deletion of z meanwhile taints it.
+    found(&a, "z", "", 20).await;
+    claim(&a, &["z"]).await;
+    deleted(&a, &["z"]).await;
+    let u = b
+        .send(written(vec![obj("z", "", 20)], &["z"], 20))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((u.bytes, u.pending), (0, 30), "z was being written");
+    let r = a.send(writing(&["w"], 500)).await.unwrap().unwrap();
+    assert_eq!((r.started, r.usage.pending), (true, 530), "no limit");
 }
 
 #[actix_rt::test]
@@ -448,6 +493,7 @@ fn round(capacity: u64) -> FleetRound {
         per_salt: false,
         ahead: 1.0,
         catch_up: false,
+        waiting: 0,
     }
 }
 
@@ -542,10 +588,11 @@ async fn a_round_starts_at_the_watermark_and_claims_the_least_recent_free_object
 #[actix_rt::test]
 async fn landing_bytes_are_kept_under_the_landing_mark() {
     assert_eq!(
-        landing_mark(0.8),
+        landing_mark(0.8, false),
         0.9,
         "halfway between watermark and capacity"
     );
+    assert_eq!(landing_mark(0.8, true), 1.0, "writes wait for room");
     let redis = RedisServer::start();
     let a = node(&redis.url(), "a").await;
     for i in 0..5 {
@@ -560,13 +607,26 @@ async fn landing_bytes_are_kept_under_the_landing_mark() {
     };
     assert_eq!(a.send(under).await.unwrap().unwrap(), Round::Under);
     let ahead = FleetRound {
-        ahead: landing_mark(0.8),
+        ahead: landing_mark(0.8, false),
         ..round(100)
     };
     assert_eq!(
         claimed(a.send(ahead).await.unwrap().unwrap()),
         names(&["k0"]),
         "a round ahead of the capacity, of at least one object"
+    );
+    end_round(&a, &["k0"]).await;
+    // 40 stored and 40 being written: under 0.9. With 25 bytes this node waits to write (the
+    // bucket was full for them), 105 landing: a round that brings it back under 90.
+    let waiting = FleetRound {
+        waiting: 25,
+        ..ahead
+    };
+    assert_eq!(a.send(ahead).await.unwrap().unwrap(), Round::Under);
+    assert_eq!(
+        claimed(a.send(waiting).await.unwrap().unwrap()),
+        names(&["k1", "k2"]),
+        "room for the waiting bytes"
     );
 }
 

@@ -43,10 +43,13 @@ enum Op {
         node: usize,
         removed: bool,
     },
+    /// Announces a write; `limited`: only if the bucket's footprint stays within the
+    /// capacity (a write that waits for room).
     Write {
         node: usize,
         name: u8,
         size: u64,
+        limited: bool,
     },
     /// Ends the node's oldest write: written, or failed.
     EndWrite {
@@ -75,10 +78,13 @@ fn op() -> impl Strategy<Value = Op> {
         (node.clone(), 0..4usize).prop_map(|(node, nth)| Op::Unlock { node, nth }),
         (node.clone(), names).prop_map(|(node, names)| Op::Claim { node, names }),
         (node.clone(), any::<bool>()).prop_map(|(node, removed)| Op::Release { node, removed }),
-        (node.clone(), name, 1..30u64).prop_map(|(node, name, size)| Op::Write {
-            node,
-            name,
-            size
+        (node.clone(), name, 1..30u64, any::<bool>()).prop_map(|(node, name, size, limited)| {
+            Op::Write {
+                node,
+                name,
+                size,
+                limited,
+            }
         }),
         (node.clone(), any::<bool>()).prop_map(|(node, ok)| Op::EndWrite { node, ok }),
         node.clone().prop_map(|node| Op::Round { node }),
@@ -285,14 +291,26 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                 let u = nodes[node].send(msg).await;
                 Some(u.unwrap().unwrap())
             }
-            Op::Write { node, name, size } => {
-                m.writes[node].push_back((n(name), size));
-                *m.writing.entry(n(name)).or_default() += 1;
+            Op::Write {
+                node,
+                name,
+                size,
+                limited,
+            } => {
+                let (bytes, _, pending) = m.usage();
+                let started = !limited || bytes + pending + size <= CAPACITY;
+                if started {
+                    m.writes[node].push_back((n(name), size));
+                    *m.writing.entry(n(name)).or_default() += 1;
+                }
                 let msg = FleetWriting {
                     names: vec![n(name)],
                     bytes: size,
+                    limit: limited.then_some(CAPACITY),
                 };
-                Some(nodes[node].send(msg).await.unwrap().unwrap())
+                let got = nodes[node].send(msg).await.unwrap().unwrap();
+                assert_eq!(got.started, started, "{at}");
+                Some(got.usage)
             }
             Op::EndWrite { node, ok } => {
                 let Some((name, size)) = m.writes[node].pop_front() else {
@@ -328,8 +346,9 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                         watermark: 0.8,
                         ratio: 0.2,
                         per_salt: false,
-                        ahead: landing_mark(0.8),
+                        ahead: landing_mark(0.8, false),
                         catch_up: false,
+                        waiting: 0,
                     })
                     .await
                     .unwrap()

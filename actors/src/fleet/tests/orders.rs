@@ -38,6 +38,7 @@ async fn evict(node: &Addr<FleetIndex>, bytes: u64, objects: usize, k: usize) ->
         per_salt: false,
         ahead: 2.0,
         catch_up: false,
+        waiting: 0,
     };
     let got = claimed(node.send(round).await.unwrap().unwrap());
     let removed: Vec<&str> = got.iter().map(String::as_str).collect();
