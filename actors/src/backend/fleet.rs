@@ -10,15 +10,19 @@
 //!   claimed (no node locks them, none is deleting them), then release the claims, saying which
 //!   objects are gone. While the index is unreachable nothing is deleted: a lock on another
 //!   node cannot be seen, and a key locked anywhere is never deleted.
-//! - **Stores** tell the index the objects written (size, salt, recency); a key found by a
-//!   probe that the index did not know is added the same way.
+//! - **Stores** are announced to the index before they are written, and tell it the objects
+//!   written when they end (size, salt, recency); a key found by a probe that the index did
+//!   not know is added the same way. A write that would take the bucket's footprint past the
+//!   capacity waits (at most `fleet.write_wait_ms`, then it is written anyway) while this
+//!   node's rounds make room for it: the bucket stays within its capacity, as far as the index
+//!   knows it.
 //! - **Eviction** of the bucket is the fleet's: usage is the index's total, and when it reaches
-//!   the watermark a node that finds it so takes the index's eviction lease for one round (one
-//!   round at a time in the fleet; the lease is given up at the round's end) and removes the
-//!   least recently used unlocked objects of the whole fleet, whichever node stored them:
-//!   LMCache's `floor(objects × ratio)` (at least 1), plus what brings usage back to the
-//!   watermark when it is further above (see `round_size`). The eviction actor does not drive
-//!   an adapter with a fleet.
+//!   the watermark (or the bytes landing, waiting writes included, reach the landing mark) a
+//!   node that finds it so takes the index's eviction lease (the holder's rounds may overlap;
+//!   the lease is given up when the last ends) and removes unlocked objects of the whole
+//!   fleet, whichever node stored them, in the policy's order: LMCache's
+//!   `floor(objects × ratio)`, or what brings landing under the mark, at least 1 (see
+//!   [`FleetRound`]). The eviction actor does not drive an adapter with a fleet.
 //! - **Listing**: one node per period (the holder of the listing lease, which lapses after
 //!   the period) lists the bucket every `listing_interval_secs` (and a node that finds the
 //!   index empty while it holds objects lists at once): objects the index lacks (other

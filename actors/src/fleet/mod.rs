@@ -30,6 +30,9 @@
 //!   writer's [`FleetStored`] does not add a tainted name. So the index never says an object
 //!   is in the store because of a write that a deletion may have removed: a lookup probes the
 //!   store for it instead.
+//! - **Footprint**: a write announced with a limit ([`FleetWriting`]) is recorded only if the
+//!   bytes of every object the index knows (claimed ones included), of every live node's
+//!   writes in flight and of this write fit within it; a refused write records nothing.
 //! - **Recency** is one logical clock for the fleet (a counter on the server): stores and lookup
 //!   hits of every node tick it, and eviction candidates come in the bucket's [`FleetOrder`]
 //!   (least recent first for LRU), whose state the same scripts update.
