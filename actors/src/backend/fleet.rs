@@ -482,9 +482,10 @@ impl BackendActor {
     }
 
     /// One announcement of a write (`since`: when it first found the bucket full). When the
-    /// index says the bucket is full, the write's bytes count as this node's waiting bytes (its
-    /// rounds make room for them) and it asks again after [`WRITE_RETRY`]; once the wait has
-    /// run out, it is announced without a limit and made.
+    /// index says the bucket is full, the write's bytes count as this node's waiting bytes
+    /// until it is announced or given up (its rounds make room for them; `status` shows them),
+    /// and it asks again after [`WRITE_RETRY`]; once the wait has run out, it is announced
+    /// without a limit and made.
     fn fleet_announce(
         &mut self,
         index: Addr<FleetIndex>,
@@ -504,30 +505,34 @@ impl BackendActor {
             limit,
         });
         ctx.spawn(wrap_future::<_, Self>(announce).map(move |res, act, ctx| {
+            let refused = matches!(res, Ok(Ok(Announced { started: false, .. })));
+            if let Some(link) = act.fleet.as_mut() {
+                match (since.is_some(), refused) {
+                    (false, true) => link.waiting += bytes,
+                    (true, false) => link.waiting -= bytes,
+                    _ => {}
+                }
+            }
             let Ok(Ok(Announced { started, usage })) = res else {
                 act.write_items(items, ctx);
                 return;
             };
+            if started && since.is_some() {
+                act.metrics.fleet_write_waited(limit.is_none());
+            }
+            act.fleet_usage(usage, ctx);
             if started {
-                if since.is_some() {
-                    act.metrics.fleet_write_waited(limit.is_none());
-                }
-                act.fleet_usage(usage, ctx);
                 act.write_items(items, ctx);
                 return;
             }
-            if let Some(link) = act.fleet.as_mut() {
-                link.waiting += bytes;
-            }
-            act.fleet_usage(usage, ctx);
             let since = since.unwrap_or_else(std::time::Instant::now);
-            ctx.run_later(WRITE_RETRY, move |act, ctx| {
-                if let Some(link) = act.fleet.as_mut() {
-                    link.waiting -= bytes;
-                }
-                match act.fleet_index() {
-                    Some(index) => act.fleet_announce(index, items, Some(since), ctx),
-                    None => act.write_items(items, ctx),
+            ctx.run_later(WRITE_RETRY, move |act, ctx| match act.fleet_index() {
+                Some(index) => act.fleet_announce(index, items, Some(since), ctx),
+                None => {
+                    if let Some(link) = act.fleet.as_mut() {
+                        link.waiting -= bytes;
+                    }
+                    act.write_items(items, ctx);
                 }
             });
         }));
