@@ -454,20 +454,6 @@ impl BackendActor {
         );
     }
 
-    /// Announces a write to the index (see [`FleetWriting`]), then makes it. The announcement
-    /// comes first so that a deletion elsewhere that may remove this write's object taints its
-    /// name; and the reply's usage counts the bytes, so a round can start while they are in
-    /// flight. While the index is unreachable, the write is made at once (alone, writes go
-    /// on).
-    pub(super) fn fleet_write(
-        &mut self,
-        index: Addr<FleetIndex>,
-        items: Vec<Item>,
-        ctx: &mut Context<Self>,
-    ) {
-        self.fleet_announce(index, items, None, ctx);
-    }
-
     /// The most bytes the bucket may hold with a write of `bytes` that has waited since
     /// `since` (see [`FleetWriting`]): the capacity, while the write may still wait; `None`
     /// when writes do not wait here (no wait configured, no eviction by capacity), when the
@@ -481,12 +467,16 @@ impl BackendActor {
         (by_capacity && bytes <= capacity && !expired).then_some(capacity)
     }
 
-    /// One announcement of a write (`since`: when it first found the bucket full). When the
-    /// index says the bucket is full, the write's bytes count as this node's waiting bytes
-    /// until it is announced or given up (its rounds make room for them; `status` shows them),
-    /// and it asks again after [`WRITE_RETRY`]; once the wait has run out, it is announced
-    /// without a limit and made.
-    fn fleet_announce(
+    /// Announces a write to the index (see [`FleetWriting`]), then makes it. The announcement
+    /// comes first so that a deletion elsewhere that may remove this write's object taints its
+    /// name; and the reply's usage counts the bytes, so a round can start while they are in
+    /// flight. While the index is unreachable, the write is made at once (alone, writes go
+    /// on). `since`: when this write first found the bucket full (`None` for its first
+    /// announcement). While the index says the bucket is full, the write's bytes count as this
+    /// node's waiting bytes (its rounds make room for them; `status` shows them), and it asks
+    /// again after [`WRITE_RETRY`]; once the wait has run out, it is announced without a limit
+    /// and made.
+    pub(super) fn fleet_write(
         &mut self,
         index: Addr<FleetIndex>,
         items: Vec<Item>,
@@ -527,7 +517,7 @@ impl BackendActor {
             }
             let since = since.unwrap_or_else(std::time::Instant::now);
             ctx.run_later(WRITE_RETRY, move |act, ctx| match act.fleet_index() {
-                Some(index) => act.fleet_announce(index, items, Some(since), ctx),
+                Some(index) => act.fleet_write(index, items, Some(since), ctx),
                 None => {
                     if let Some(link) = act.fleet.as_mut() {
                         link.waiting -= bytes;

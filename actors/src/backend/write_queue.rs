@@ -160,7 +160,7 @@ impl BackendActor {
             return;
         }
         match self.fleet_index() {
-            Some(index) => self.fleet_write(index, items, ctx),
+            Some(index) => self.fleet_write(index, items, None, ctx),
             None => self.write_items(items, ctx),
         }
     }

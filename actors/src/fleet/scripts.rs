@@ -57,7 +57,8 @@ use redis::Script;
 
 /// Helpers every script starts with: `p` (the prefix), `now_ms()`, `forget(name)` (remove an
 /// object from the index and its usage), `claim(node, name)`, `free(name)` (neither locked nor
-/// being deleted), the pending bytes of writes (`pending_add`, `pending_total`),
+/// being deleted), the pending bytes of writes (`pending_add`, `pending_total` of the usage
+/// hash, read unless given),
 /// `write_ended(name)`, and `reap(now)` (release everything of nodes whose liveness lapsed).
 const PRELUDE: &str = r#"
 local p = ARGV[1]
@@ -311,8 +312,9 @@ local function pending_add(node, delta)
     redis.call('HDEL', p..'usage', 'pending:'..node)
   end
 end
-local function pending_total()
-  local total, u = 0, redis.call('HGETALL', p..'usage')
+local function pending_total(u)
+  local total = 0
+  u = u or redis.call('HGETALL', p..'usage')
   for i = 1, #u, 2 do
     if string.sub(u[i], 1, 8) == 'pending:' then total = total + math.max(0, tonumber(u[i + 1])) end
   end
@@ -435,10 +437,11 @@ const WRITING: &str = r#"
 -- nodes are writing, plus these; else nothing is recorded. Returns {1 (started) or 0 (full),
 -- then the usage hash}.
 local node, bytes, limit = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local started = 1
+local out, started = nil, 1
 if limit > 0 then
+  out = redis.call('HGETALL', p..'usage')
   local known = tonumber(redis.call('HGET', p..'usage', 'bytes') or '0')
-  if known + pending_total() + bytes > limit then started = 0 end
+  if known + pending_total(out) + bytes > limit then started = 0 end
 end
 if started == 1 then
   pending_add(node, bytes)
@@ -446,8 +449,8 @@ if started == 1 then
     redis.call('HINCRBY', p..'writing', ARGV[i], 1)
     redis.call('HINCRBY', p..'writes:'..node, ARGV[i], 1)
   end
+  out = redis.call('HGETALL', p..'usage')
 end
-local out = redis.call('HGETALL', p..'usage')
 table.insert(out, 1, started)
 return out
 "#;
