@@ -35,6 +35,9 @@ use crate::storage::{
 /// Keys per `DeleteObjects` request (the S3 maximum).
 const DELETE_BATCH: usize = 1000;
 
+/// How long closing the adapter waits for its I/O runtime's threads to exit.
+const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
 /// What request futures share (see the module docs).
 pub(super) struct Shared {
     /// The SDK plane: data requests when the direct path is off, listing and deletes always.
@@ -503,9 +506,34 @@ impl Storage for S3Storage {
         })
     }
 
+    /// Shuts the adapter's I/O runtime down and returns once its threads have exited, so its
+    /// sockets are closed when the actor has stopped (what `Tier::close` promises). A runtime
+    /// cannot be shut down with a wait from inside another runtime (the actor's), so a plain
+    /// thread waits, at most 5 s (a request stuck in a blocking call, such as a
+    /// DNS lookup, is left to end on its own after that).
     fn close(&mut self) {
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_background();
+        let Some(rt) = self.runtime.take() else {
+            return;
+        };
+        // The runtime goes to the thread once it runs: should no thread start, it is still
+        // here to be shut down without the wait (dropping it here would panic).
+        let (give, take) = std::sync::mpsc::channel::<tokio::runtime::Runtime>();
+        let waiter = std::thread::Builder::new()
+            .name("kvtier-s3-close".into())
+            .spawn(move || {
+                if let Ok(rt) = take.recv() {
+                    rt.shutdown_timeout(CLOSE_WAIT);
+                }
+            });
+        match waiter {
+            Ok(w) => {
+                let _ = give.send(rt);
+                let _ = w.join();
+            }
+            Err(e) => {
+                tracing::warn!("s3: no thread to wait for the I/O runtime, not waiting: {e}");
+                rt.shutdown_background();
+            }
         }
     }
 
@@ -643,6 +671,44 @@ mod tests {
         S3Storage::open_with(&cfg, NameFormat::default(), 0, None, Some(provider))
             .await
             .unwrap()
+    }
+
+    /// `close` returns once the I/O runtime's tasks are gone, and with them their sockets (the
+    /// soak counts descriptors right after `Tier::close`). Fails with the runtime shut down
+    /// in the background.
+    #[test]
+    fn close_returns_once_the_io_runtime_has_dropped_its_tasks() {
+        block_on(async {
+            let (port, _seen) = recording_server();
+            let mut st = storage(port, Credentials::new("akid", "secret", None, None, "t")).await;
+            /// Lets go of its `Arc` slowly, so a close that does not wait returns first.
+            struct SlowDrop {
+                _held: Arc<()>,
+            }
+            impl Drop for SlowDrop {
+                fn drop(&mut self) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+            let held = Arc::new(());
+            let (started, running) = tokio::sync::oneshot::channel();
+            let task_holds = SlowDrop {
+                _held: held.clone(),
+            };
+            st.handle.spawn(async move {
+                let _held = task_holds;
+                let _ = started.send(());
+                std::future::pending::<()>().await
+            });
+            running.await.unwrap();
+            assert_eq!(Arc::strong_count(&held), 2);
+            st.close();
+            assert_eq!(
+                Arc::strong_count(&held),
+                1,
+                "a task of the I/O runtime outlived close"
+            );
+        });
     }
 
     /// Temporary credentials on the direct path: refreshed in the background once within
