@@ -10,8 +10,8 @@ use bytes::BytesMut;
 use kvtier::actors::backends::fault_inject::FaultInjectConfig;
 use kvtier::actors::config::{EvictionConfig, GIB};
 use kvtier::{
-    AdapterConfig, AdapterSpec, ConfigSources, EvictionPolicy, FleetConfig, FsConfig, Quotas, Tier,
-    TierConfig,
+    AdapterConfig, AdapterSpec, ConfigSources, EvictionPolicy, FleetConfig, FsConfig, ObjectKey,
+    Quotas, Tier, TierConfig,
 };
 use support::redis::{free_port, RedisServer};
 use support::{key, payload, salted};
@@ -207,6 +207,12 @@ async fn a_write_waits_for_room_in_a_full_bucket() {
         assert_eq!(waiting(&b).await, 0);
         assert_eq!(waits(&b, !long), 1);
         assert_eq!(waits(&b, long), 0);
+        let status = b.status().await.unwrap().adapters[0].fleet.clone().unwrap();
+        assert_eq!(
+            (status.writes_waited, status.writes_over),
+            if long { (1, 0) } else { (0, 1) },
+            "status counts the waits as the metric does"
+        );
         if long {
             let bucket = bucket_bytes(dir.path());
             assert!(bucket <= CAPACITY, "bucket {bucket} > capacity {CAPACITY}");
@@ -464,6 +470,49 @@ async fn every_policy_evicts_by_its_own_order_over_the_fleet() {
         a.close().await;
         b.close().await;
     }
+}
+
+/// The 64-bit digest a key hashes as (what one node's `FLRU` shadows sample by).
+fn digest(k: &ObjectKey) -> u64 {
+    use std::hash::{Hash, Hasher};
+    struct Digest(u64);
+    impl Hasher for Digest {
+        fn finish(&self) -> u64 {
+            self.0
+        }
+        fn write(&mut self, _: &[u8]) {
+            unreachable!("a key hashes as its digest alone")
+        }
+        fn write_u64(&mut self, n: u64) {
+            self.0 = n;
+        }
+    }
+    let mut d = Digest(0);
+    k.hash(&mut d);
+    d.0
+}
+
+/// `FLRU`'s shadows in the index sample the keys one node's shadows would (a digest that is a
+/// multiple of 16): the node marks them in its stores and locks, since the index sees only
+/// names. The shadows' clock ticks once per sampled use: after a store and a lookup of 90
+/// keys, twice the number of sampled ones. Fails with the marks left out (the clock stays 0)
+/// or with the index sampling by name.
+#[actix_rt::test]
+async fn the_index_shadows_sample_the_keys_one_nodes_shadows_do() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let adapter = AdapterConfig::fs(dir.path())
+        .capacity_gb(CAPACITY as f64 / GIB)
+        .eviction(EvictionConfig::with_policy(EvictionPolicy::Flru));
+    let a = started(&fleet_node(adapter, &redis.url(), "a")).await;
+    store(&a, 0..90).await;
+    let keys: Vec<_> = (0..90).map(key).collect();
+    assert!(a.lookup_and_lock(keys.clone()).await.unwrap().all());
+    a.unlock(keys.clone());
+    let sampled = keys.iter().filter(|k| digest(k).is_multiple_of(16)).count();
+    assert!(sampled > 0, "no key of the 90 is sampled: pick others");
+    assert_eq!(redis.read("*sh:clock"), Some((2 * sampled).to_string()));
+    a.close().await;
 }
 
 /// `[fleet]` in the file and the environment; errors name the field and never quote the URL.

@@ -212,6 +212,10 @@ fn a_trace_replays_through_the_runtime() {
     // The tier went past the watermark (it evicted) and the report says how far it filled.
     assert!(x("peak_usage_fraction") >= 0.8, "{r}");
     assert_eq!(r["policies"], serde_json::json!(["LRU"]));
+    assert!(
+        r["fleet_writes_waited"].is_null() && r["fleet_writes_over"].is_null(),
+        "no fleet, no fleet counts: {r}"
+    );
 }
 
 /// `--requests N` keeps the first N requests and `--node I/N` every N-th of them, with the

@@ -95,6 +95,16 @@ impl RedisServer {
         ids.len()
     }
 
+    /// The string value of the first key matching `pattern` (`KEYS`), for tests that check
+    /// what the index holds; `None` when no key matches.
+    pub fn read(&self, pattern: &str) -> Option<String> {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(&mut conn).unwrap();
+        let key = keys.first()?;
+        redis::cmd("GET").arg(key).query(&mut conn).unwrap()
+    }
+
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)

@@ -41,7 +41,7 @@ use super::BackendActor;
 use crate::config::{
     EvictionConfig, EvictionPolicy, EvictionUnit, FleetConfig, FlruAdmission, Quotas,
 };
-use crate::eviction::{GetQuotas, QuotaError, SetQuota};
+use crate::eviction::{in_shadow_sample, GetQuotas, QuotaError, SetQuota};
 use crate::fleet::*;
 use crate::key::{KeyMap, ObjectKey};
 use crate::messages::{DeleteCause, ListKeys};
@@ -70,6 +70,9 @@ pub(super) struct FleetLink {
     write_wait: Option<std::time::Duration>,
     /// Bytes of this node's writes waiting for room (counted as landing by its rounds).
     waiting: u64,
+    /// Writes that waited for room and were made within the capacity, and those made past
+    /// it when the wait ran out (as the metric counts them; `status` shows both).
+    waited: (u64, u64),
     /// Period of the usage refresh and eviction check.
     interval: std::time::Duration,
     /// This node's fleet eviction rounds in flight.
@@ -125,6 +128,7 @@ impl FleetLink {
             write_wait: (config.write_wait_ms > 0)
                 .then(|| std::time::Duration::from_millis(config.write_wait_ms)),
             waiting: 0,
+            waited: (0, 0),
             interval,
             rounds: 0,
             leased: false,
@@ -306,6 +310,7 @@ impl BackendActor {
                         name: k.object_name(format),
                         salt: k.cache_salt().unwrap_or("").to_string(),
                         size,
+                        sampled: false,
                     })
                     .collect();
                 index.send(FleetSyncPage(objects)).await.ok()?.ok()?;
@@ -342,6 +347,17 @@ impl BackendActor {
 
     pub(super) fn names(&self, keys: &[ObjectKey]) -> Vec<String> {
         keys.iter().map(|k| k.object_name(self.format)).collect()
+    }
+
+    /// The keys' object names, each with whether `FLRU`'s shadows sample it (for the index's
+    /// locks and touches, which count as uses).
+    pub(super) fn fleet_names(&self, keys: &[ObjectKey]) -> Vec<FleetName> {
+        keys.iter()
+            .map(|k| FleetName {
+                name: k.object_name(self.format),
+                sampled: in_shadow_sample(k),
+            })
+            .collect()
     }
 
     /// After a lookup that locked through the index (`locked[i]`: key `i` holds an index lock):
@@ -422,6 +438,7 @@ impl BackendActor {
                     name: k.object_name(self.format),
                     salt: k.cache_salt().unwrap_or("").to_string(),
                     size,
+                    sampled: in_shadow_sample(k),
                 })
                 .collect();
         match written {
@@ -509,6 +526,12 @@ impl BackendActor {
             };
             if started && since.is_some() {
                 act.metrics.fleet_write_waited(limit.is_none());
+                if let Some(link) = act.fleet.as_mut() {
+                    match limit {
+                        Some(_) => link.waited.0 += 1,
+                        None => link.waited.1 += 1,
+                    }
+                }
             }
             act.fleet_usage(usage, ctx);
             if started {
@@ -761,9 +784,14 @@ impl BackendActor {
             None => Box::pin(ready(None)),
             Some(index) => Box::pin(wrap_future::<_, Self>(index.send(GetFleetStatus)).map(
                 |res, act, _| {
-                    let waiting = act.fleet.as_ref().map_or(0, |l| l.waiting);
+                    let (waiting, (waited, over)) = act
+                        .fleet
+                        .as_ref()
+                        .map_or((0, (0, 0)), |l| (l.waiting, l.waited));
                     res.ok().map(|s| FleetStatus {
                         waiting_bytes: waiting,
+                        writes_waited: waited,
+                        writes_over: over,
                         ..s
                     })
                 },

@@ -131,7 +131,7 @@ impl Handler<LookupAndLock> for BackendActor {
             };
         };
         // Fleet mode: lock in the index first (see fleet.rs), then probe what it does not know.
-        let names = self.names(&msg.keys);
+        let names = self.fleet_names(&msg.keys);
         ActorResponse::r#async(Box::pin(
             wrap_future::<_, Self>(index.send(FleetLockNames(names))).then(move |res, act, ctx| {
                 let answers = match res {
@@ -353,7 +353,7 @@ impl Handler<Touch> for BackendActor {
     /// keys' fleet recency is refreshed in the index.
     fn handle(&mut self, msg: Touch, _: &mut Context<Self>) {
         if let Some(index) = self.fleet_index() {
-            index.do_send(crate::fleet::FleetTouch(self.names(&msg.keys)));
+            index.do_send(crate::fleet::FleetTouch(self.fleet_names(&msg.keys)));
         }
         if self.subscribers.is_empty() {
             return;

@@ -116,6 +116,15 @@ pub(super) const MIN_HISTORY: usize = 4096;
 /// smaller than the real one.
 pub(super) const SHADOW_SAMPLE: u64 = 16;
 
+/// Whether the shadows sample `key` (its digest is a multiple of [`SHADOW_SAMPLE`]). A fleet
+/// node sends this with each key it touches in the index, so the index's shadows rank the keys
+/// one node's would (the index sees names, not digests).
+pub(crate) fn in_shadow_sample(key: &ObjectKey) -> bool {
+    <BuildDigestHasher>::default()
+        .hash_one(key)
+        .is_multiple_of(SHADOW_SAMPLE)
+}
+
 /// A shadow's hit count decays by `1 / (SHADOW_HORIZON × shadow capacity)` per sampled use, so
 /// it reflects about the last `SHADOW_HORIZON` tier-fulls of traffic.
 pub(super) const SHADOW_HORIZON: f64 = 8.0;

@@ -39,7 +39,7 @@ mod policy;
 mod state;
 
 pub use actor::{EvictionActor, EvictionStats, EvictionTarget};
-pub(crate) use flru::BONUS_PER_USE as FLRU_BONUS_PER_USE;
+pub(crate) use flru::{in_shadow_sample, BONUS_PER_USE as FLRU_BONUS_PER_USE};
 pub use messages::{
     AttachBackend, GetEvictionStats, GetLruOrder, GetQuotas, QuotaError, SetQuota, WhenIdle,
 };

@@ -7,12 +7,23 @@ use std::collections::BTreeMap;
 use actix::prelude::*;
 use serde::Serialize;
 
-/// An object the node has stored: its name in the bucket, its cache salt (`""`: none) and size.
+/// An object the node has stored: its name in the bucket, its cache salt (`""`: none) and size,
+/// and whether `FLRU`'s shadows sample its key (see [`FleetName`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct FleetObject {
     pub(crate) name: String,
     pub(crate) salt: String,
     pub(crate) size: u64,
+    pub(crate) sampled: bool,
+}
+
+/// A name a node touches in the index (a lookup's lock, a touch), and whether `FLRU`'s shadows
+/// sample its key: the node decides by the key's digest, as one node's shadows do, so the
+/// index's shadows rank the same keys (it sees only names).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FleetName {
+    pub(crate) name: String,
+    pub(crate) sampled: bool,
 }
 
 /// The fleet's usage of one bucket, as the index holds it.
@@ -109,7 +120,7 @@ pub(crate) struct Announced {
 /// Locks names for this node; one outcome per name, in order.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<Vec<FleetLock>, FleetError>")]
-pub(crate) struct FleetLockNames(pub(crate) Vec<String>);
+pub(crate) struct FleetLockNames(pub(crate) Vec<FleetName>);
 
 /// Releases one lock per name held by this node.
 #[derive(Debug, Clone, Message)]
@@ -119,7 +130,7 @@ pub(crate) struct FleetUnlock(pub(crate) Vec<String>);
 /// Refreshes the fleet recency of names (lookup hits that did not lock through the index).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<(), FleetError>")]
-pub(crate) struct FleetTouch(pub(crate) Vec<String>);
+pub(crate) struct FleetTouch(pub(crate) Vec<FleetName>);
 
 /// Which lease of the bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -290,4 +301,9 @@ pub struct FleetStatus {
     /// Bytes of this node's writes waiting for room in the full bucket (see
     /// `fleet.write_wait_ms`); 0 when none waits.
     pub waiting_bytes: u64,
+    /// This node's writes that waited for room and were made within the capacity.
+    pub writes_waited: u64,
+    /// This node's writes made past the capacity because their wait ran out
+    /// (`kvtier_fleet_write_waits{outcome="over"}`).
+    pub writes_over: u64,
 }

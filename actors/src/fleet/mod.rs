@@ -167,6 +167,8 @@ impl FleetIndex {
             reason: reason.or_else(|| Some("not connected yet".into())),
             joins: 0,
             waiting_bytes: 0,
+            writes_waited: 0,
+            writes_over: 0,
         };
         Self {
             config,
@@ -405,12 +407,30 @@ fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
 }
 
 /// `args` followed by (name, salt, size) per object.
-fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>) -> Vec<String> {
-    args.reserve(objects.len() * 3);
+/// `args`, then per object its name, salt and size, and with `sampled` whether the shadows
+/// sample it (`1` or `0`).
+fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>, sampled: bool) -> Vec<String> {
+    args.reserve(objects.len() * 4);
     for o in objects {
         args.extend([o.name, o.salt, o.size.to_string()]);
+        if sampled {
+            args.push(flag(o.sampled));
+        }
     }
     args
+}
+
+/// `args`, then per name the name and whether the shadows sample it (`1` or `0`).
+fn name_args(mut args: Vec<String>, names: Vec<FleetName>) -> Vec<String> {
+    args.reserve(names.len() * 2);
+    for n in names {
+        args.extend([n.name, flag(n.sampled)]);
+    }
+    args
+}
+
+fn flag(b: bool) -> String {
+    u8::from(b).to_string()
 }
 
 fn parse_round(v: Value) -> Result<Round, FleetError> {
@@ -467,7 +487,11 @@ impl Handler<FleetStored> for FleetIndex {
             msg.ended_names.len().to_string(),
         ];
         args.extend(msg.ended_names);
-        self.run(|s| &s.stored, object_args(args, msg.objects), parse_usage)
+        self.run(
+            |s| &s.stored,
+            object_args(args, msg.objects, true),
+            parse_usage,
+        )
     }
 }
 
@@ -500,8 +524,7 @@ impl Handler<FleetLockNames> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<Vec<FleetLock>, FleetError>>;
 
     fn handle(&mut self, msg: FleetLockNames, _: &mut Self::Context) -> Self::Result {
-        let mut args = vec![self.config.node.clone()];
-        args.extend(msg.0);
+        let args = name_args(vec![self.config.node.clone()], msg.0);
         self.run(
             |s| &s.lock,
             args,
@@ -535,7 +558,7 @@ impl Handler<FleetTouch> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<(), FleetError>>;
 
     fn handle(&mut self, msg: FleetTouch, _: &mut Self::Context) -> Self::Result {
-        self.run(|s| &s.touch, msg.0, |_| Ok(()))
+        self.run(|s| &s.touch, name_args(Vec::new(), msg.0), |_| Ok(()))
     }
 }
 
@@ -671,7 +694,7 @@ impl Handler<FleetSyncPage> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<u64, FleetError>>;
 
     fn handle(&mut self, msg: FleetSyncPage, _: &mut Self::Context) -> Self::Result {
-        let args = object_args(vec![self.config.node.clone()], msg.0);
+        let args = object_args(vec![self.config.node.clone()], msg.0, false);
         self.run(|s| &s.sync_page, args, parse_count)
     }
 }

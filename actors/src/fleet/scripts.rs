@@ -30,7 +30,8 @@
 //!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is
 //!   stored again. The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`,
 //!   `rates_high`, numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses`,
-//!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the sampled names, `sh:clock` and
+//!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the names the nodes mark as
+//!   sampled (one node's shadows' sample, by key digest), `sh:clock` and
 //!   `sh:score` (hash: mode number → its decayed hits). Under `flru:BONUS:rates` there are no
 //!   shadows and the mode is always `rates_low`.
 //! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
@@ -171,8 +172,9 @@ local function lowest(scored, n)
   for i = 1, math.min(n, #scored) do out[i] = scored[i][3] end
   return out
 end
--- The shadows: one ranking per mode of the names whose SHA-1 starts with `0` (one in 16), in
--- a tier of `peak / 16` objects, each with its hits decayed over 8 of its tier-fulls
+-- The shadows: one ranking per mode of the names the nodes mark as sampled (one in 16: the keys
+-- one node's shadows sample, by their digest, which only nodes can compute), in a tier of
+-- `peak / 16` objects, each with its hits decayed over 8 of its tier-fulls
 -- (`sh:score`), on one clock of their own (`sh:clock`).
 local function shadows_touch(name)
   local cap = math.max(1, math.floor(peak() / 16))
@@ -262,11 +264,11 @@ local function arc_refresh(name, at, used)
     arc_trim()
   end
 end
-local function refresh(name, salt, at, used)
+local function refresh(name, salt, at, used, sampled)
   local score = at
   if order() == 'flru' and used then
     score = priority(at, use(p, name, at), flru_mode(), peak())
-    if not fixed_rates and string.sub(redis.sha1hex(name), 1, 1) == '0' then
+    if not fixed_rates and sampled then
       shadows_touch(name)
     end
   elseif order() == 'arc' then
@@ -397,16 +399,17 @@ return redis.call('ZCARD', p..'nodes')
 "#;
 
 const STORED: &str = r#"
--- ARGV: p, node, written, ended_bytes, n_ended, n_ended names, then (name, salt, size) per
--- object. The objects are now in the store: this node's writes (`written` = 1) or objects a
--- probe found (0). The ended names and bytes end this node's writes announced by WRITING
--- (written or failed). A written object whose name a deletion tainted meanwhile is not added.
--- Returns the usage hash. Objects are touched last first, so the first of a batch (a request's
--- first chunk) is the most recent, as on one node.
+-- ARGV: p, node, written, ended_bytes, n_ended, n_ended names, then (name, salt, size,
+-- sampled) per object (`sampled` = 1: FLRU's shadows sample it). The objects are now in the
+-- store: this node's writes (`written` = 1) or objects a probe found (0). The ended names and
+-- bytes end this node's writes announced by WRITING (written or failed). A written object
+-- whose name a deletion tainted meanwhile is not added. Returns the usage hash. Objects are
+-- touched last first, so the first of a batch (a request's first chunk) is the most recent,
+-- as on one node.
 local node, written, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5])
 pending_add(node, -tonumber(ARGV[4]))
-for i = #ARGV - 2, 6 + n, -3 do
-  local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
+for i = #ARGV - 3, 6 + n, -4 do
+  local name, salt, size, sampled = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3] == '1'
   if not (written and redis.call('HEXISTS', p..'tainted', name) == 1) then
     local old = tonumber(redis.call('HGET', p..'size', name) or '0')
     local old_salt = redis.call('HGET', p..'salt', name) or ''
@@ -417,7 +420,7 @@ for i = #ARGV - 2, 6 + n, -3 do
     redis.call('HSET', p..'size', name, size)
     if salt ~= '' then redis.call('HSET', p..'salt', name, salt) else redis.call('HDEL', p..'salt', name) end
     add_usage(salt, size, 1)
-    refresh(name, salt, tick(), true)
+    refresh(name, salt, tick(), true, sampled)
   end
 end
 for i = 6, 6 + n - 1 do
@@ -466,24 +469,24 @@ return old
 "#;
 
 const LOCK: &str = r#"
--- ARGV: p, node, names. Per name: -1 (being deleted: not locked), else locked and the size the
--- index knows (0: unknown, the node must probe the store). A known name's recency is refreshed,
--- last name first (the first is the most recent, as on one node).
+-- ARGV: p, node, then (name, sampled) per name. Per name: -1 (being deleted: not locked), else
+-- locked and the size the index knows (0: unknown, the node must probe the store). A known
+-- name's recency is refreshed, last name first (the first is the most recent, as on one node).
 local node = ARGV[2]
 local out = {}
-for i = #ARGV, 3, -1 do
-  local name = ARGV[i]
+for i = #ARGV - 1, 3, -2 do
+  local name, at = ARGV[i], (i - 1) / 2
   if redis.call('HEXISTS', p..'deleting', name) == 1 then
-    out[i - 2] = -1
+    out[at] = -1
   else
     redis.call('HINCRBY', p..'locks', name, 1)
     redis.call('HINCRBY', p..'held:'..node, name, 1)
     local size = redis.call('HGET', p..'size', name)
     if size then
-      refresh(name, redis.call('HGET', p..'salt', name) or '', tick(), true)
-      out[i - 2] = tonumber(size)
+      refresh(name, redis.call('HGET', p..'salt', name) or '', tick(), true, ARGV[i + 1] == '1')
+      out[at] = tonumber(size)
     else
-      out[i - 2] = 0
+      out[at] = 0
     end
   end
 end
@@ -507,10 +510,11 @@ return 0
 "#;
 
 const TOUCH: &str = r#"
--- ARGV: p, names. Refreshes the recency of the names the index knows, last first.
-for i = #ARGV, 2, -1 do
+-- ARGV: p, then (name, sampled) per name. Refreshes the recency of the names the index knows,
+-- last first.
+for i = #ARGV - 1, 2, -2 do
   if redis.call('HEXISTS', p..'size', ARGV[i]) == 1 then
-    refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick(), true)
+    refresh(ARGV[i], redis.call('HGET', p..'salt', ARGV[i]) or '', tick(), true, ARGV[i + 1] == '1')
   end
 end
 return 0

@@ -135,12 +135,30 @@ async fn node(url: &str, name: &str) -> Addr<FleetIndex> {
     node_with(url, name, DEFAULT_TTL).await
 }
 
+/// Whether the test nodes mark `name` as sampled by `FLRU`'s shadows: `s` and a number (a
+/// node marks the keys whose digest is a multiple of 16).
+fn sampled(name: &str) -> bool {
+    name.strip_prefix('s')
+        .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+}
+
 fn obj(name: &str, salt: &str, size: u64) -> FleetObject {
     FleetObject {
         name: name.into(),
         salt: salt.into(),
         size,
+        sampled: sampled(name),
     }
+}
+
+/// `n` as names a node locks or touches, marked as [`sampled`] says.
+fn touched(n: &[String]) -> Vec<FleetName> {
+    n.iter()
+        .map(|name| FleetName {
+            name: name.clone(),
+            sampled: sampled(name),
+        })
+        .collect()
 }
 
 fn names(n: &[&str]) -> Vec<String> {
@@ -157,7 +175,10 @@ async fn found(node: &Addr<FleetIndex>, name: &str, salt: &str, size: u64) {
 
 /// `node` locks `n` in the index.
 async fn lock(node: &Addr<FleetIndex>, n: &[&str]) -> Vec<FleetLock> {
-    node.send(FleetLockNames(names(n))).await.unwrap().unwrap()
+    node.send(FleetLockNames(touched(&names(n))))
+        .await
+        .unwrap()
+        .unwrap()
 }
 
 /// `node` claims the deletion of `n`; the names granted.
@@ -270,7 +291,11 @@ async fn lookups_of_keys_another_node_stored_come_from_the_index() {
     a.send(FleetStored::found(objects)).await.unwrap().unwrap();
     let mut asked: Vec<String> = (0..80).map(|i| format!("k{i}")).collect();
     asked.push("never-stored".into());
-    let found = b.send(FleetLockNames(asked)).await.unwrap().unwrap();
+    let found = b
+        .send(FleetLockNames(touched(&asked)))
+        .await
+        .unwrap()
+        .unwrap();
     let mut want: Vec<_> = (0..80).map(|i| FleetLock::Known(1000 + i)).collect();
     want.push(FleetLock::Unknown);
     assert_eq!(found, want);
@@ -294,7 +319,10 @@ async fn eviction_candidates_follow_fleet_recency() {
         .unwrap();
     assert_eq!(order(c), names(&["c", "b", "a"]), "oldest store first");
     // A hit on another node makes `c` the most recent for the whole fleet.
-    b.send(FleetTouch(names(&["c"]))).await.unwrap().unwrap();
+    b.send(FleetTouch(touched(&names(&["c"]))))
+        .await
+        .unwrap()
+        .unwrap();
     let c = a
         .send(FleetCandidates { limit: 3, scan: 10 })
         .await

@@ -190,6 +190,12 @@ pub struct ReplayReport {
     pub capacity_bytes: u64,
     /// The eviction policy of each adapter.
     pub policies: Vec<String>,
+    /// Fleet mode: this node's writes that found the bucket full, waited for room and were
+    /// made within the capacity (all adapters; `None` without a fleet).
+    pub fleet_writes_waited: Option<u64>,
+    /// Fleet mode: this node's writes made past the capacity because their wait
+    /// (`fleet.write_wait_ms`) ran out.
+    pub fleet_writes_over: Option<u64>,
 }
 
 #[derive(Default)]
@@ -333,6 +339,13 @@ pub async fn replay(
         let _ = tier.when_idle(adapter).await;
     }
     let stats = tier.eviction_stats().await.unwrap_or_default();
+    let fleet: Vec<_> = match tier.status().await {
+        Ok(s) => s.adapters.into_iter().filter_map(|a| a.fleet).collect(),
+        Err(_) => Vec::new(),
+    };
+    let fleet_sum = |f: fn(&kvtier::FleetStatus) -> u64| {
+        (!fleet.is_empty()).then(|| fleet.iter().map(f).sum::<u64>())
+    };
     tier.close().await;
     let mut hist = Histogram::<u64>::new(3).expect("histogram");
     let mut sum = Outcome::default();
@@ -370,6 +383,8 @@ pub async fn replay(
         block_size: opts.block_size,
         capacity_bytes,
         policies,
+        fleet_writes_waited: fleet_sum(|f| f.writes_waited),
+        fleet_writes_over: fleet_sum(|f| f.writes_over),
     })
 }
 
@@ -400,6 +415,12 @@ pub fn print_replay(r: &ReplayReport) {
         "evicted {} keys in {} rounds, peak usage {:.3} of the capacity, {} errors",
         r.evicted_keys, r.eviction_rounds, r.peak_usage_fraction, r.errors
     );
+    if let (Some(waited), Some(over)) = (r.fleet_writes_waited, r.fleet_writes_over) {
+        println!(
+            "fleet: {waited} writes waited for room in the full bucket, {over} went over the \
+             capacity when the wait ran out"
+        );
+    }
 }
 
 /// Dense ids `0..unique` for the trace's block ids, in order of first appearance.

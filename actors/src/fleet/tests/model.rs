@@ -231,7 +231,7 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                     asked.iter().rev().map(|a| m.lock(node, a)).collect();
                 want.reverse();
                 let got = nodes[node]
-                    .send(FleetLockNames(asked))
+                    .send(FleetLockNames(touched(&asked)))
                     .await
                     .unwrap()
                     .unwrap();
