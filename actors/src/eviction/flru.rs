@@ -531,6 +531,8 @@ pub(super) struct Flru {
     /// The mode without shadows.
     fixed: Mode,
     rate_order: RateOrder,
+    /// The mode the last batch ran in (logged when it changes).
+    last_mode: Option<Mode>,
 }
 
 impl Default for Flru {
@@ -556,6 +558,7 @@ impl Flru {
                 .copied()
                 .unwrap_or(Mode::Flru(Placement::Recent)),
             rate_order: RateOrder::default(),
+            last_mode: None,
         }
     }
 
@@ -576,6 +579,7 @@ impl Flru {
         self.shadows.as_ref().map_or(self.fixed, Shadows::best)
     }
 
+    #[cfg(test)]
     /// Where keys stored for the first time go now in the FLRU order.
     pub(super) fn placement(&self) -> Placement {
         self.mode().placement()
@@ -584,7 +588,12 @@ impl Flru {
     /// One batch of events (`admit`: a store, else lookup hits), in request order, touched
     /// last first; new keys of the batch all get the placement in force at its start.
     fn batch(&mut self, keys: &[ObjectKey], admit: bool) {
-        let placement = self.placement();
+        let mode = self.mode();
+        if self.last_mode != Some(mode) {
+            tracing::debug!(?mode, "FLRU: the shadows chose another mode");
+            self.last_mode = Some(mode);
+        }
+        let placement = mode.placement();
         for key in keys.iter().rev() {
             let digest = self.hasher.hash_one(key);
             if let Some(s) = &mut self.shadows {
