@@ -406,7 +406,6 @@ fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
     redis::from_redis_value::<Vec<String>>(v.clone()).map_err(|_| bad_reply(what, &v))
 }
 
-/// `args` followed by (name, salt, size) per object.
 /// `args`, then per object its name, salt and size, and with `sampled` whether the shadows
 /// sample it (`1` or `0`).
 fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>, sampled: bool) -> Vec<String> {
@@ -429,6 +428,7 @@ fn name_args(mut args: Vec<String>, names: Vec<FleetName>) -> Vec<String> {
     args
 }
 
+/// A flag as a script argument.
 fn flag(b: bool) -> String {
     u8::from(b).to_string()
 }
