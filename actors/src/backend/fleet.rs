@@ -43,7 +43,7 @@ use crate::config::{
 };
 use crate::eviction::{in_shadow_sample, GetQuotas, QuotaError, SetQuota};
 use crate::fleet::*;
-use crate::key::{KeyMap, ObjectKey};
+use crate::key::{KeyMap, NameFormat, ObjectKey};
 use crate::messages::{DeleteCause, ListKeys};
 
 /// What the backend keeps for fleet mode.
@@ -143,6 +143,17 @@ impl FleetLink {
 /// The most eviction rounds of one node in flight at once (they overlap when stores of the
 /// whole fleet outrun one round's deletes; each claims only what the others have not).
 const MAX_ROUNDS: usize = 4;
+
+/// What the index records of a stored object: its name, salt and size, and whether `FLRU`'s
+/// shadows sample its key.
+fn fleet_object(key: &ObjectKey, format: NameFormat, size: u64) -> FleetObject {
+    FleetObject {
+        name: key.object_name(format),
+        salt: key.cache_salt().unwrap_or("").to_string(),
+        size,
+        sampled: in_shadow_sample(key),
+    }
+}
 
 /// How soon a write that found the bucket full asks the index again.
 const WRITE_RETRY: std::time::Duration = std::time::Duration::from_millis(20);
@@ -306,12 +317,7 @@ impl BackendActor {
                 let objects = page
                     .entries
                     .into_iter()
-                    .map(|(k, size)| FleetObject {
-                        name: k.object_name(format),
-                        salt: k.cache_salt().unwrap_or("").to_string(),
-                        size,
-                        sampled: false,
-                    })
+                    .map(|(k, size)| fleet_object(&k, format, size))
                     .collect();
                 index.send(FleetSyncPage(objects)).await.ok()?.ok()?;
                 match page.next {
@@ -434,12 +440,7 @@ impl BackendActor {
         let objects =
             ok.0.iter()
                 .zip(ok.1)
-                .map(|(k, &size)| FleetObject {
-                    name: k.object_name(self.format),
-                    salt: k.cache_salt().unwrap_or("").to_string(),
-                    size,
-                    sampled: in_shadow_sample(k),
-                })
+                .map(|(k, &size)| fleet_object(k, self.format, size))
                 .collect();
         match written {
             None => FleetStored::found(objects),
@@ -513,26 +514,28 @@ impl BackendActor {
         });
         ctx.spawn(wrap_future::<_, Self>(announce).map(move |res, act, ctx| {
             let refused = matches!(res, Ok(Ok(Announced { started: false, .. })));
+            // Made after a wait: within the capacity, or past it (no limit) once it ran out.
+            let made_after_wait =
+                since.is_some() && matches!(res, Ok(Ok(Announced { started: true, .. })));
             if let Some(link) = act.fleet.as_mut() {
                 match (since.is_some(), refused) {
                     (false, true) => link.waiting += bytes,
                     (true, false) => link.waiting -= bytes,
                     _ => {}
                 }
+                match (made_after_wait, limit) {
+                    (true, Some(_)) => link.waited.0 += 1,
+                    (true, None) => link.waited.1 += 1,
+                    (false, _) => {}
+                }
+            }
+            if made_after_wait {
+                act.metrics.fleet_write_waited(limit.is_none());
             }
             let Ok(Ok(Announced { started, usage })) = res else {
                 act.write_items(items, ctx);
                 return;
             };
-            if started && since.is_some() {
-                act.metrics.fleet_write_waited(limit.is_none());
-                if let Some(link) = act.fleet.as_mut() {
-                    match limit {
-                        Some(_) => link.waited.0 += 1,
-                        None => link.waited.1 += 1,
-                    }
-                }
-            }
             act.fleet_usage(usage, ctx);
             if started {
                 act.write_items(items, ctx);

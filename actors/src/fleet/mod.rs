@@ -406,15 +406,12 @@ fn parse_strings(what: &str, v: Value) -> Result<Vec<String>, FleetError> {
     redis::from_redis_value::<Vec<String>>(v.clone()).map_err(|_| bad_reply(what, &v))
 }
 
-/// `args`, then per object its name, salt and size, and with `sampled` whether the shadows
-/// sample it (`1` or `0`).
-fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>, sampled: bool) -> Vec<String> {
+/// `args`, then per object its name, salt, size and whether the shadows sample it (`1` or
+/// `0`).
+fn object_args(mut args: Vec<String>, objects: Vec<FleetObject>) -> Vec<String> {
     args.reserve(objects.len() * 4);
     for o in objects {
-        args.extend([o.name, o.salt, o.size.to_string()]);
-        if sampled {
-            args.push(flag(o.sampled));
-        }
+        args.extend([o.name, o.salt, o.size.to_string(), flag(o.sampled)]);
     }
     args
 }
@@ -487,11 +484,7 @@ impl Handler<FleetStored> for FleetIndex {
             msg.ended_names.len().to_string(),
         ];
         args.extend(msg.ended_names);
-        self.run(
-            |s| &s.stored,
-            object_args(args, msg.objects, true),
-            parse_usage,
-        )
+        self.run(|s| &s.stored, object_args(args, msg.objects), parse_usage)
     }
 }
 
@@ -694,7 +687,7 @@ impl Handler<FleetSyncPage> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<u64, FleetError>>;
 
     fn handle(&mut self, msg: FleetSyncPage, _: &mut Self::Context) -> Self::Result {
-        let args = object_args(vec![self.config.node.clone()], msg.0, false);
+        let args = object_args(vec![self.config.node.clone()], msg.0);
         self.run(|s| &s.sync_page, args, parse_count)
     }
 }

@@ -809,12 +809,13 @@ return tonumber(redis.call('GET', p..'clock') or '0')
 "#;
 
 const SYNC_PAGE: &str = r#"
--- ARGV: p, node, then (name, salt, size) per listed object. Marks each seen; adds those the
+-- ARGV: p, node, then (name, salt, size, sampled) per listed object (as STORED's; a listing
+-- is not a use, so `sampled` is not read). Marks each seen; adds those the
 -- index does not know (least recent: tick 0) unless a node is deleting them. Returns the
 -- number added.
 local node = ARGV[2]
 local added = 0
-for i = 3, #ARGV, 3 do
+for i = 3, #ARGV, 4 do
   local name, salt, size = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   redis.call('SADD', p..'seen:'..node, name)
   if redis.call('HEXISTS', p..'size', name) == 0 and redis.call('HEXISTS', p..'deleting', name) == 0 then
