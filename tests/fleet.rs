@@ -474,22 +474,8 @@ async fn every_policy_evicts_by_its_own_order_over_the_fleet() {
 
 /// The 64-bit digest a key hashes as (what one node's `FLRU` shadows sample by).
 fn digest(k: &ObjectKey) -> u64 {
-    use std::hash::{Hash, Hasher};
-    struct Digest(u64);
-    impl Hasher for Digest {
-        fn finish(&self) -> u64 {
-            self.0
-        }
-        fn write(&mut self, _: &[u8]) {
-            unreachable!("a key hashes as its digest alone")
-        }
-        fn write_u64(&mut self, n: u64) {
-            self.0 = n;
-        }
-    }
-    let mut d = Digest(0);
-    k.hash(&mut d);
-    d.0
+    use std::hash::BuildHasher;
+    nohash_hasher::BuildNoHashHasher::<ObjectKey>::default().hash_one(k)
 }
 
 /// `FLRU`'s shadows in the index sample the keys one node's shadows would (a digest that is a

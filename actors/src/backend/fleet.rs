@@ -523,10 +523,9 @@ impl BackendActor {
                     (true, false) => link.waiting -= bytes,
                     _ => {}
                 }
-                match (made_after_wait, limit) {
-                    (true, Some(_)) => link.waited.0 += 1,
-                    (true, None) => link.waited.1 += 1,
-                    (false, _) => {}
+                if made_after_wait {
+                    let (within, over) = &mut link.waited;
+                    *if limit.is_some() { within } else { over } += 1;
                 }
             }
             if made_after_wait {
