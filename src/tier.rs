@@ -155,11 +155,15 @@ impl Tier {
         slots.extend(commons.iter().map(|c| (c, Slot::Ready)));
         // Fleet mode: each adapter with a shared bucket gets the fleet's index, which then
         // drives its eviction (the eviction actor does not).
+        // A host's storage joins when it names its bucket (`Storage::fleet_identity`).
+        let custom_ids: Vec<Option<String>> = storages.iter().map(|s| s.fleet_identity()).collect();
+        let mut custom_ids = custom_ids.into_iter();
         let identities: Vec<Option<String>> = slots
             .iter()
             .map(|(_, slot)| match (&config.fleet, slot) {
                 (Some(_), Slot::Spec(spec)) => spec.fleet_identity(),
-                _ => None,
+                (Some(_), Slot::Ready) => custom_ids.next().flatten(),
+                (None, _) => None,
             })
             .collect();
         let mut ready = storages.into_iter();

@@ -501,6 +501,15 @@ pub trait Storage: Any + Send + Unpin {
     /// Backend-specific status details (no secrets).
     fn details(&self) -> serde_json::Value;
 
+    /// The identity of the bucket this storage writes to, for fleet mode: a tier with a
+    /// `[fleet]` joins the fleet's index for a host's storage that returns one, and nodes whose
+    /// storages return the same identity share its capacity, locks and recency (see
+    /// docs/fleet.md). The default, `None`: the storage's objects are the process's own, and
+    /// it never joins (as the `memory` adapter).
+    fn fleet_identity(&self) -> Option<String> {
+        None
+    }
+
     /// Releases resources (temporary files, connections) when the actor stops.
     fn close(&mut self) {}
 

@@ -26,7 +26,7 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Play a serving process: store, look up, load and verify, unlock, overfill to evict.
-    Bench(bench::BenchArgs),
+    Bench(Box<bench::BenchArgs>),
     /// Print the resolved configuration (secrets redacted), or the error.
     CheckConfig {
         /// Configuration.
@@ -89,7 +89,7 @@ pub fn run(cli: Cli) -> i32 {
                     }
                 };
             }
-            let opts = match BenchOptions::try_from(&args) {
+            let opts = match BenchOptions::try_from(&*args) {
                 Ok(o) => o,
                 Err(msg) => {
                     eprintln!("error: {msg}");

@@ -77,6 +77,19 @@ pub struct BenchArgs {
     /// N processes, one per node, on one bucket and one fleet index.
     #[arg(long, value_name = "I/N")]
     pub node: Option<String>,
+    /// With `--trace`: load the fleet index alone at this URL (comma-separated: every master
+    /// of a cluster, whose counters are summed) with `--nodes` simulated nodes on a store that
+    /// keeps nothing, and report requests/s, latency, and the server's CPU and calls per
+    /// request. See docs/cli.md, "Fleet index load".
+    #[arg(long, value_name = "URL[,URL...]")]
+    pub fleet_index: Option<String>,
+    /// With `--fleet-index`: simulated nodes (request k goes to node k mod N).
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub nodes: usize,
+    /// With `--fleet-index`: requests started per second, open loop (0, the default: as fast
+    /// as `--concurrency` requests in flight allow).
+    #[arg(long, value_name = "R", default_value_t = 0.0)]
+    pub rate: f64,
     /// With `--trace`: wall milliseconds per trace millisecond (0, the default: no waiting).
     #[arg(long, value_name = "X", default_value_t = 0.0)]
     pub time_scale: f64,

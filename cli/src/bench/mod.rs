@@ -25,6 +25,7 @@ use crate::common::EXIT_FAILURE;
 
 mod alloc;
 mod args;
+mod index_load;
 mod load;
 mod phases;
 mod plot;

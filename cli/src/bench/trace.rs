@@ -198,21 +198,31 @@ pub struct ReplayReport {
     pub fleet_writes_over: Option<u64>,
 }
 
+/// What one request of a replay did.
 #[derive(Default)]
-struct Outcome {
-    blocks: u64,
-    hit_blocks: u64,
+pub(super) struct Outcome {
+    pub(super) blocks: u64,
+    pub(super) hit_blocks: u64,
     tokens: u64,
     hit_tokens: u64,
     loaded: u64,
     stored: u64,
-    errors: u64,
-    micros: u64,
+    pub(super) errors: u64,
+    pub(super) micros: u64,
     /// Usage / capacity of the fullest adapter after this request's store.
     usage_fraction: f64,
 }
 
-async fn one_request(tier: &Tier, r: &Request, block: &Bytes, block_size: usize) -> Outcome {
+/// One request: lookup-and-lock, load the prefix found, store the rest, unlock; then, with
+/// `read_usage`, the usage (for the replay's peak; the index load leaves it out, as a serving
+/// node does not ask per request).
+pub(super) async fn one_request(
+    tier: &Tier,
+    r: &Request,
+    block: &Bytes,
+    block_size: usize,
+    read_usage: bool,
+) -> Outcome {
     let started = Instant::now();
     let keys: Vec<ObjectKey> = r.hash_ids.iter().map(|id| block_key(*id)).collect();
     let mut o = Outcome {
@@ -261,6 +271,9 @@ async fn one_request(tier: &Tier, r: &Request, block: &Bytes, block_size: usize)
         .collect();
     tier.unlock(locked);
     o.micros = started.elapsed().as_micros() as u64;
+    if !read_usage {
+        return o;
+    }
     if let Ok(u) = tier.usage().await {
         o.usage_fraction = u.adapters.iter().map(|a| a.fraction).fold(0.0, f64::max);
     }
@@ -325,7 +338,7 @@ pub async fn replay(
                         actix_rt::time::sleep(wait).await;
                     }
                 }
-                one_request(tier, r, &block, opts.block_size).await
+                one_request(tier, r, &block, opts.block_size, true).await
             }
         })
         .buffered(opts.concurrency)

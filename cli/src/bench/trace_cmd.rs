@@ -9,6 +9,7 @@
 use kvtier::config::TierConfig;
 
 use super::args::BenchArgs;
+use super::index_load::{self, IndexLoadOptions};
 use super::{simulate, trace};
 use crate::common::{parse_size, EXIT_FAILURE, EXIT_OK};
 
@@ -98,6 +99,9 @@ pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
         return Ok(EXIT_OK);
     }
     let block_size = block_size.ok_or("--trace needs --block-size (or --simulate)")?;
+    if let Some(urls) = &args.fleet_index {
+        return index_load_cli(args, &config, &trace, urls, block_size);
+    }
     let opts = trace::ReplayOptions {
         block_size,
         capacity_fraction: args.capacity_fraction.unwrap_or(0.1),
@@ -118,6 +122,58 @@ pub fn trace_cli(args: &BenchArgs, config: TierConfig) -> Result<i32, String> {
         println!("{}", serde_json::to_string(&report).unwrap_or_default());
     } else {
         trace::print_replay(&report);
+    }
+    Ok(if report.errors == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILURE
+    })
+}
+
+/// `kvtier bench --trace --fleet-index`: the index alone under simulated nodes.
+fn index_load_cli(
+    args: &BenchArgs,
+    config: &TierConfig,
+    trace: &trace::Trace,
+    urls: &str,
+    block_size: usize,
+) -> Result<i32, String> {
+    let urls: Vec<String> = urls
+        .split(',')
+        .map(str::trim)
+        .filter(|u| !u.is_empty())
+        .map(String::from)
+        .collect();
+    if urls.is_empty() {
+        return Err("--fleet-index: expected redis:// URLs, comma-separated".into());
+    }
+    if args.nodes == 0 {
+        return Err("--nodes must be > 0".into());
+    }
+    if !(args.rate.is_finite() && args.rate >= 0.0) {
+        return Err(format!("--rate must be >= 0, got {}", args.rate));
+    }
+    let opts = IndexLoadOptions {
+        urls,
+        nodes: args.nodes,
+        rate: args.rate,
+        block_size,
+        capacity_fraction: args.capacity_fraction.unwrap_or(0.1),
+        concurrency: args.concurrency.max(1),
+    };
+    let report = match actix::System::new()
+        .block_on(async { index_load::index_load(config, trace, opts).await })
+    {
+        Ok(r) => r,
+        Err(msg) => {
+            eprintln!("error: {msg}");
+            return Ok(EXIT_FAILURE);
+        }
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report).unwrap_or_default());
+    } else {
+        index_load::print_index_load(&report);
     }
     Ok(if report.errors == 0 {
         EXIT_OK
