@@ -1,0 +1,127 @@
+//! The fleet index's Lua scripts: each batch is one script, so each is atomic on the server and
+//! one round trip. One file per script (`NAME.lua`), each run after `prelude.lua`, the helpers
+//! they share.
+//!
+//! **Cost.** A script's server calls do not grow with its batch: every helper of the prelude
+//! reads and writes a list of names with one variadic command (HMGET, HSET, HDEL, ZADD, ZREM,
+//! SADD, SREM, ZMSCORE, SMISMEMBER; in chunks of 1,000), and the per-name work runs in Lua.
+//! That per-name Lua (small tables and string keys, about 0.3–0.6 µs each on Redis 7's Lua
+//! 5.1) is now most of a request's server CPU, the commands 10–40 % of it
+//! (docs/benchmarks.md, "Fleet index load").
+//! Applied one name at a time or as a batch, a script leaves the index in the same state: a
+//! batch is applied in the order the names would have been, and a name given twice sees its
+//! own earlier effect. Two approximations, both bounded by one batch: the capacity in objects
+//! (`peak`) that FLRU's priorities and shadows read is the batch's last, and a shadow over its
+//! tier drops its lowest once per batch, not once per name.
+//!
+//! Every script gets `KEYS[1]` = the bucket's usage hash (so a cluster client routes it to the
+//! bucket's slot) and `ARGV[1]` = the bucket's key prefix `kvtier:{IDENTITY}:`. The other keys
+//! are built from that prefix inside the script; the `{IDENTITY}` hash tag puts all of them in
+//! one slot, so the scripts also run on a Redis or Valkey cluster. Times come from the server's
+//! `TIME` (milliseconds), never from a node's clock, so nodes with skewed clocks agree on
+//! liveness; recency is the fleet's logical clock (`clock`, one tick per store or hit), so
+//! every node sees one order of accesses.
+//!
+//! The keys, under the prefix (see the module docs of [`super`] for the invariants):
+//! - `size` (hash): object name → size in bytes; the objects the fleet knows.
+//! - `salt` (hash): object name → cache salt, for salted objects only.
+//! - `usage` (hash): `bytes`, `objects`, `salt:SALT` → bytes per cache salt (`salt:` for
+//!   unsalted objects), `pending:NODE` → bytes that node is writing (dropped with the
+//!   node when it is reaped), and `quota:SALT` → the fleet's `IsolatedLRU` quota of a salt.
+//! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
+//! - `order` (string): the fleet's eviction order (`lru`, `flru:BONUS` or `arc`), written by
+//!   each join; `peak` (integer): the most objects the index has known at once (the
+//!   capacity in objects of `FLRU` and `ARC`).
+//! - `recency` (sorted set): object name → its eviction score, lowest first: the tick of its
+//!   last store or lookup hit, or under `flru:BONUS` FLRU's priority
+//!   (`2^40 + tick + BONUS × peak × (min(uses, 16) − 1)`, a new object placed by the mode);
+//!   `srec:SALT` (sorted set): the tick of the last store or hit of the objects of one cache
+//!   salt (`srec:` for unsalted ones), from which `IsolatedLRU` rounds take one salt's
+//!   victims, a listing tells what was touched, and FLRU's rates read the last use.
+//! - `FLRU`: `uses` and `first` (hashes): object name → its uses (stores and hits) and the
+//!   tick of its first known use; `hist` and `hist_old` (hashes): `uses:first` of forgotten
+//!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is
+//!   stored again. The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`,
+//!   `rates_high`, numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses`,
+//!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the names the nodes mark as
+//!   sampled (one node's shadows' sample, by key digest), `sh:clock` and
+//!   `sh:score` (hash: mode number → its decayed hits). Under `flru:BONUS:rates` there are no
+//!   shadows and the mode is always `rates_low`.
+//! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
+//!   (sorted sets): the ghosts of objects evicted from each, trimmed so `|t1| + |b1| <= peak`
+//!   and all four `<= 2 × peak`; `arc_p`: the target size of `t1`.
+//! - `locks` (hash): object name → lock count over every live node.
+//! - `held:NODE` (hash): object name → that node's lock count.
+//! - `deleting` (hash): object name → the node that claimed its deletion.
+//! - `writing` (hash): object name → writes of it in flight over every live node (announced
+//!   before the write, ended by the node's next `STORED`); `writes:NODE` (hash) is that node's
+//!   share, dropped with the node.
+//! - `tainted` (hash): names a deletion removed while a node was writing them: the write may
+//!   have landed before the delete, so the writer's `STORED` does not add the object (a lookup
+//!   probes the store instead); cleared when the name's last write ends.
+//! - `claims:NODE` (set): the names a node has claimed and not released.
+//! - `nodes` (sorted set): node id → the server time its liveness lapses.
+//! - `seen:NODE` (set): the names a listing of the bucket by that node has seen so far.
+//! - `lease` (string, with a TTL): the node running an eviction round (held for the round,
+//!   then given up, so the next round runs on whichever node finds the bucket full).
+//! - `listing` (string, with a TTL of the listing period): the node that lists the bucket
+//!   this period.
+
+use redis::Script;
+
+/// The helpers every script starts with (see `prelude.lua`): the prefix `p`, batched reads and
+/// writes of hashes and sorted sets, usage, the clock, the orders' state (FLRU's uses, history
+/// and shadows, ARC's lists), forgetting, claiming, locking and ending writes, and reaping.
+const PRELUDE: &str = include_str!("prelude.lua");
+
+/// The loaded scripts (each hashed once; `EVALSHA` with a fallback to `EVAL`).
+pub(super) struct Scripts {
+    pub(super) join: Script,
+    pub(super) beat: Script,
+    pub(super) stored: Script,
+    pub(super) writing: Script,
+    pub(super) lock: Script,
+    pub(super) quota: Script,
+    pub(super) unlock: Script,
+    pub(super) touch: Script,
+    pub(super) lease: Script,
+    pub(super) lease_release: Script,
+    #[cfg(test)]
+    pub(super) candidates: Script,
+    pub(super) round: Script,
+    pub(super) claim: Script,
+    pub(super) release: Script,
+    pub(super) vanished: Script,
+    pub(super) sync_start: Script,
+    pub(super) sync_page: Script,
+    pub(super) sync_end: Script,
+    pub(super) usage: Script,
+}
+
+impl Scripts {
+    pub(super) fn new() -> Self {
+        let s = |body: &str| Script::new(&format!("{PRELUDE}{body}"));
+        Self {
+            join: s(include_str!("join.lua")),
+            beat: s(include_str!("beat.lua")),
+            stored: s(include_str!("stored.lua")),
+            writing: s(include_str!("writing.lua")),
+            lock: s(include_str!("lock.lua")),
+            quota: s(include_str!("quota.lua")),
+            unlock: s(include_str!("unlock.lua")),
+            touch: s(include_str!("touch.lua")),
+            lease: s(include_str!("lease.lua")),
+            lease_release: s(include_str!("lease_release.lua")),
+            #[cfg(test)]
+            candidates: s(include_str!("candidates.lua")),
+            round: s(include_str!("round.lua")),
+            claim: s(include_str!("claim.lua")),
+            release: s(include_str!("release.lua")),
+            vanished: s(include_str!("vanished.lua")),
+            sync_start: s(include_str!("sync_start.lua")),
+            sync_page: s(include_str!("sync_page.lua")),
+            sync_end: s(include_str!("sync_end.lua")),
+            usage: s(include_str!("usage.lua")),
+        }
+    }
+}

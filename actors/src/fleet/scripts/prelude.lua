@@ -1,0 +1,630 @@
+-- The helpers every script starts with (see mod.rs for the keys and the calling convention).
+--
+-- Cost: every helper that takes a list makes a constant number of server calls for the whole
+-- list (HMGET, variadic HSET/HDEL/ZADD/ZREM/SADD/SREM, ZMSCORE, SMISMEMBER), in chunks of
+-- CHUNK items, and does the per-name work in Lua, so a batch of n names costs O(1) calls and
+-- O(n) items, not O(n) calls; the per-name Lua tables are what a batch costs most (mod.rs).
+-- Results match the one-name-at-a-time order exactly: a batch is applied in the order the
+-- script would have applied its names, and a name that appears twice sees its own earlier
+-- effect (each helper keeps what it has written in a Lua table before it sends it).
+local p = ARGV[1]
+local CHUNK = 1000
+
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- `cmd key items...` in chunks of CHUNK items (`step` items per entry: 2 for pairs); the
+-- replies of a command that answers per item (HMGET, ZMSCORE, SMISMEMBER), concatenated.
+local function call_chunked(cmd, key, items, step)
+  local out = {}
+  local n, i = #items, 1
+  local size = CHUNK * (step or 1)
+  while i <= n do
+    local j = math.min(n, i + size - 1)
+    local r = redis.call(cmd, key, unpack(items, i, j))
+    if type(r) == 'table' then
+      for k = 1, #r do out[#out + 1] = r[k] end
+    end
+    i = j + 1
+  end
+  return out
+end
+
+-- `names` -> a table name -> value of hash `key` (false when absent).
+local function hmget(key, names)
+  local out = {}
+  if #names == 0 then return out end
+  local vals = call_chunked('HMGET', key, names)
+  for i, name in ipairs(names) do out[name] = vals[i] end
+  return out
+end
+
+-- The distinct names of a list, first occurrence first.
+local function distinct(names)
+  local seen, out = {}, {}
+  for _, name in ipairs(names) do
+    if not seen[name] then
+      seen[name] = true
+      out[#out + 1] = name
+    end
+  end
+  return out
+end
+
+-- Writes a table name -> value into hash `key`: values that are false or <= 0 (numbers) are
+-- deleted, the others set. `order`: the names, for a deterministic command.
+local function hash_write(key, order, values)
+  local set, del = {}, {}
+  for _, name in ipairs(order) do
+    local v = values[name]
+    if v == nil then
+      -- untouched
+    elseif v == false or (type(v) == 'number' and v <= 0) then
+      del[#del + 1] = name
+    else
+      set[#set + 1] = name
+      set[#set + 1] = v
+    end
+  end
+  if #set > 0 then call_chunked('HSET', key, set, 2) end
+  if #del > 0 then call_chunked('HDEL', key, del) end
+end
+
+-- Adds `deltas` (name -> integer, in the order `order`) to the counters of hash `key`;
+-- counters that reach 0 or less are deleted. Returns name -> {before, after}.
+local function counts_add(key, order, deltas)
+  local now = hmget(key, order)
+  local out, values = {}, {}
+  for _, name in ipairs(order) do
+    local before = tonumber(now[name] or '0')
+    local after = before + deltas[name]
+    out[name] = {before, after}
+    values[name] = after
+  end
+  hash_write(key, order, values)
+  return out
+end
+
+local function zadd_pairs(key, pairs)
+  if #pairs > 0 then call_chunked('ZADD', key, pairs, 2) end
+end
+
+local function zrem_all(key, names)
+  if #names > 0 then call_chunked('ZREM', key, names) end
+end
+
+-- Usage, as the batch changes it: `usage_start()` reads the object count (for the peak),
+-- `usage_add(salt, delta, objects)` adds in Lua, `usage_flush()` writes the sums in one
+-- HINCRBY per field. `peak_now()` is the most objects known at once, as it would be after
+-- the changes so far, one by one.
+local u_bytes, u_objects, u_salts, u_salt_order = 0, 0, {}, {}
+local u_count, u_peak = nil, nil
+local function peak_read()
+  if u_peak == nil then
+    u_peak = tonumber(redis.call('GET', p..'peak') or '0')
+    u_count = tonumber(redis.call('HGET', p..'usage', 'objects') or '0')
+  end
+end
+local u_peak_start = nil
+local function usage_add(salt, delta, objects)
+  peak_read()
+  if u_peak_start == nil then u_peak_start = u_peak end
+  u_bytes = u_bytes + delta
+  u_objects = u_objects + objects
+  u_count = u_count + objects
+  if objects > 0 and u_count > u_peak then u_peak = u_count end
+  if u_salts[salt] == nil then
+    u_salts[salt] = 0
+    u_salt_order[#u_salt_order + 1] = salt
+  end
+  u_salts[salt] = u_salts[salt] + delta
+end
+local function usage_flush()
+  if u_bytes ~= 0 or u_objects ~= 0 then
+    redis.call('HINCRBY', p..'usage', 'bytes', u_bytes)
+    redis.call('HINCRBY', p..'usage', 'objects', u_objects)
+  end
+  for _, salt in ipairs(u_salt_order) do
+    local d = u_salts[salt]
+    if d ~= 0 and redis.call('HINCRBY', p..'usage', 'salt:'..salt, d) <= 0 then
+      redis.call('HDEL', p..'usage', 'salt:'..salt)
+    end
+  end
+  if u_peak ~= nil and u_peak_start ~= nil and u_peak > u_peak_start then
+    redis.call('SET', p..'peak', u_peak)
+  end
+  u_bytes, u_objects, u_salts, u_salt_order = 0, 0, {}, {}
+  u_peak_start = nil
+end
+
+-- `n` ticks of the fleet's clock: returns the first (the others follow it).
+local function ticks(n)
+  return redis.call('INCRBY', p..'clock', n) - n + 1
+end
+
+local kind, bonus, fixed_rates = nil, nil, false
+local function order()
+  if kind == nil then
+    local o = redis.call('GET', p..'order') or 'lru'
+    local b, m = string.match(o, '^flru:([^:]+):?(%a*)$')
+    if b then
+      kind, bonus, fixed_rates = 'flru', tonumber(b), m == 'rates'
+    else
+      kind = o
+    end
+  end
+  return kind
+end
+local function peak()
+  peak_read()
+  return math.max(1, u_peak)
+end
+
+-- FLRU, with the rules and constants of crate::eviction's FLRU. A ranking is a key prefix `r`
+-- (the bucket's own, `p`, or a shadow's): `r..'uses'` and `r..'first'` (the tick of its first
+-- known use) per object it holds, and `uses:first` of objects it dropped in the two
+-- generations `r..'hist'` and `r..'hist_old'`.
+local BASE = 2 ^ 40
+local MODES = {'recent', 'demoted', 'last', 'rates_low', 'rates_high'}
+local PRIOR = {rates_low = 0.1, rates_high = 3.0}
+
+-- One use of each name of `names` in ranking `r`, at the ticks `ats` (same positions), in
+-- order: returns the uses of each (position -> uses, with those remembered). A name's first
+-- use is set when it comes into the ranking (from the history, else its tick).
+local function use_all(r, names, ats)
+  local d = distinct(names)
+  local uses = hmget(r..'uses', d)
+  local fresh = {}
+  for _, name in ipairs(d) do
+    if tonumber(uses[name] or '0') == 0 then fresh[#fresh + 1] = name end
+  end
+  local hist, old = hmget(r..'hist', fresh), hmget(r..'hist_old', fresh)
+  if #fresh > 0 then
+    call_chunked('HDEL', r..'hist', fresh)
+    call_chunked('HDEL', r..'hist_old', fresh)
+  end
+  local count, first, out = {}, {}, {}
+  for _, name in ipairs(d) do count[name] = tonumber(uses[name] or '0') end
+  for i, name in ipairs(names) do
+    if count[name] == 0 and first[name] == nil then
+      local seen = hist[name] or old[name]
+      local n, f = 0, nil
+      if seen then
+        local a, b = string.match(seen, '^(%d+):?(%d*)$')
+        n, f = tonumber(a), tonumber(b)
+      end
+      count[name] = n
+      first[name] = f or ats[i]
+    end
+    count[name] = math.min(255, count[name] + 1)
+    out[i] = count[name]
+  end
+  local firsts, counts = {}, {}
+  for _, name in ipairs(d) do
+    if first[name] ~= nil then
+      firsts[#firsts + 1] = name
+      firsts[#firsts + 1] = first[name]
+    end
+    counts[#counts + 1] = name
+    counts[#counts + 1] = count[name]
+  end
+  if #firsts > 0 then call_chunked('HSET', r..'first', firsts, 2) end
+  if #counts > 0 then call_chunked('HSET', r..'uses', counts, 2) end
+  return out
+end
+
+-- `names` (distinct) left ranking `r`: their uses and first use go to the history, of `limit`
+-- names a generation.
+local function unuse_all(r, names, limit)
+  local uses = hmget(r..'uses', names)
+  local gone = {}
+  for _, name in ipairs(names) do
+    if uses[name] then gone[#gone + 1] = name end
+  end
+  if #gone == 0 then return end
+  local first = hmget(r..'first', gone)
+  call_chunked('HDEL', r..'uses', gone)
+  call_chunked('HDEL', r..'first', gone)
+  local n = redis.call('HLEN', r..'hist')
+  local pending = {}
+  for _, name in ipairs(gone) do
+    if n >= limit then
+      if #pending > 0 then call_chunked('HSET', r..'hist', pending, 2) end
+      pending = {}
+      redis.call('RENAME', r..'hist', r..'hist_old')
+      n = 0
+    end
+    pending[#pending + 1] = name
+    pending[#pending + 1] = uses[name]..':'..(first[name] or '0')
+    n = n + 1
+  end
+  if #pending > 0 then call_chunked('HSET', r..'hist', pending, 2) end
+end
+
+-- FLRU's priority of a use at tick `at` in a ranking of `cap` objects, a new object (one use)
+-- placed by `mode`: at its touch (`recent`, and the rate modes), one capacity earlier
+-- (`demoted`), or below every object used more than once (`last`).
+local function priority(at, uses, mode, cap)
+  if uses > 1 or mode == 'recent' or PRIOR[mode] then
+    return BASE + at + bonus * cap * (math.min(uses, 16) - 1)
+  elseif mode == 'demoted' then
+    return BASE + at - cap
+  end
+  return at
+end
+-- FLRU's rate score (the lower, the sooner it goes) at tick `clock`.
+local function rate_score(uses, first, last, clock, cap, prior)
+  local rate = (uses - 1 + prior) / (clock - first + 2 * cap)
+  return rate * math.exp(-(clock - last) * rate / 0.7)
+end
+-- The names of the `n` lowest of `scored` ({score, last use, name}), lowest first.
+local function lowest(scored, n)
+  table.sort(scored, function(x, y)
+    if x[1] ~= y[1] then return x[1] < y[1] end
+    if x[2] ~= y[2] then return x[2] < y[2] end
+    return x[3] < y[3]
+  end)
+  local out = {}
+  for i = 1, math.min(n, #scored) do out[i] = scored[i][3] end
+  return out
+end
+
+-- The shadows: one ranking per mode of the names the nodes mark as sampled (one in 16: the keys
+-- one node's shadows sample, by their digest, which only nodes can compute), in a tier of
+-- `peak / 16` objects, each with its hits decayed over 8 of its tier-fulls (`sh:score`), on
+-- one clock of their own (`sh:clock`). `names`: the batch's sampled names, in the order they
+-- are touched; a shadow over its tier after the batch drops its lowest.
+local function shadows_touch(names)
+  if #names == 0 then return end
+  local cap = math.max(1, math.floor(peak() / 16))
+  local clock0 = redis.call('INCRBY', p..'sh:clock', #names) - #names
+  local keep = 1 - 1 / (8 * cap)
+  local limit = math.max(16 * cap, 256)
+  local scores = redis.call('HMGET', p..'sh:score', 1, 2, 3, 4, 5)
+  local d = distinct(names)
+  local ats = {}
+  for i = 1, #names do ats[i] = clock0 + i end
+  local new_scores = {}
+  for m, mode in ipairs(MODES) do
+    local r = p..'sh'..m..':'
+    local present = call_chunked('ZMSCORE', r..'order', d)
+    local in_order = {}
+    for i, name in ipairs(d) do in_order[name] = present[i] ~= false end
+    local uses = use_all(r, names, ats)
+    local score = tonumber(scores[m] or '0')
+    local pairs_, last = {}, {}
+    for i, name in ipairs(names) do
+      score = score * keep + (in_order[name] and 1 or 0)
+      in_order[name] = true
+      pairs_[#pairs_ + 1] = priority(ats[i], uses[i], mode, cap)
+      pairs_[#pairs_ + 1] = name
+      last[#last + 1] = name
+      last[#last + 1] = ats[i]
+    end
+    new_scores[#new_scores + 1] = m
+    new_scores[#new_scores + 1] = score
+    zadd_pairs(r..'order', pairs_)
+    call_chunked('HSET', r..'last', last, 2)
+    local n = redis.call('ZCARD', r..'order')
+    if n > cap then
+      local gone
+      local clock = ats[#ats]
+      if PRIOR[mode] then
+        local all = redis.call('ZRANGE', r..'order', 0, -1)
+        local l, u, f = hmget(r..'last', all), hmget(r..'uses', all), hmget(r..'first', all)
+        local scored = {}
+        for _, s in ipairs(all) do
+          local ls = tonumber(l[s])
+          scored[#scored + 1] = {rate_score(tonumber(u[s]), tonumber(f[s]), ls, clock, cap, PRIOR[mode]), ls, s}
+        end
+        gone = lowest(scored, n - cap + math.floor(cap / 128))
+      else
+        gone = redis.call('ZRANGE', r..'order', 0, n - cap - 1)
+      end
+      zrem_all(r..'order', gone)
+      if #gone > 0 then call_chunked('HDEL', r..'last', gone) end
+      unuse_all(r, gone, limit)
+    end
+  end
+  redis.call('HSET', p..'sh:score', unpack(new_scores))
+end
+
+-- The bucket's FLRU mode for this script (a batch's new objects are all placed alike): the
+-- rate order with the low prior for `flru:BONUS:rates`; else LRU placement unless another
+-- shadow has 5 % more recent hits, then the best shadow's.
+local mode_now = nil
+local function flru_mode()
+  if mode_now == nil then
+    mode_now = 'rates_low'
+    if not fixed_rates then
+      local s = redis.call('HMGET', p..'sh:score', 1, 2, 3, 4, 5)
+      local lru = tonumber(s[1] or '0')
+      local best, top = 1, lru
+      for i = 2, #MODES do
+        local v = tonumber(s[i] or '0')
+        if v > lru * 1.05 and v > top then best, top = i, v end
+      end
+      mode_now = MODES[best]
+    end
+  end
+  return mode_now
+end
+local function arc_trim()
+  local c = peak()
+  local t1, b1 = redis.call('ZCARD', p..'t1'), redis.call('ZCARD', p..'b1')
+  if t1 + b1 > c and b1 > 0 then
+    redis.call('ZPOPMIN', p..'b1', math.min(b1, t1 + b1 - c))
+  end
+  local all = redis.call('ZCARD', p..'t1') + redis.call('ZCARD', p..'t2')
+    + redis.call('ZCARD', p..'b1') + redis.call('ZCARD', p..'b2')
+  if all > 2 * c then
+    local popped = #redis.call('ZPOPMIN', p..'b2', all - 2 * c) / 2
+    if all - 2 * c > popped then redis.call('ZPOPMIN', p..'b1', all - 2 * c - popped) end
+  end
+end
+-- ARC's lists for one name touched at `at` (`used`: a store or hit; else a listing's add).
+-- `lists` caches the name's list ('t1', 't2' or nil) for the batch.
+local function arc_refresh(name, at, used, lists)
+  local now = lists[name]
+  if now == nil then
+    if redis.call('ZSCORE', p..'t2', name) then now = 't2'
+    elseif redis.call('ZSCORE', p..'t1', name) then now = 't1'
+    else now = false end
+  end
+  if now == 't2' or (used and now == 't1') then
+    if now == 't1' then redis.call('ZREM', p..'t1', name) end
+    redis.call('ZADD', p..'t2', at, name)
+    lists[name] = 't2'
+  elseif not used then
+    redis.call('ZADD', p..'t1', at, name)
+    lists[name] = 't1'
+  else
+    local b1, b2 = redis.call('ZCARD', p..'b1'), redis.call('ZCARD', p..'b2')
+    local target = tonumber(redis.call('GET', p..'arc_p') or '0')
+    if redis.call('ZREM', p..'b1', name) == 1 then
+      redis.call('SET', p..'arc_p', math.min(peak(), target + math.max(1, b2 / b1)))
+      redis.call('ZADD', p..'t2', at, name)
+      lists[name] = 't2'
+    elseif redis.call('ZREM', p..'b2', name) == 1 then
+      redis.call('SET', p..'arc_p', math.max(0, target - math.max(1, b1 / b2)))
+      redis.call('ZADD', p..'t2', at, name)
+      lists[name] = 't2'
+    else
+      redis.call('ZADD', p..'t1', at, name)
+      lists[name] = 't1'
+    end
+    arc_trim()
+  end
+end
+
+-- Touches a batch of known objects, in order: `items` are {name, salt, at, used, sampled}.
+-- The bucket's recency gets each one's score by the order (LRU: its tick; FLRU: its
+-- priority, with a use counted when `used`; ARC: its tick, and its lists), and its salt's
+-- recency its tick. FLRU's shadows see the sampled names that are used.
+local function refresh_all(items)
+  if #items == 0 then return end
+  local o = order()
+  local scores = {}
+  if o == 'flru' then
+    local names, ats, at_pos = {}, {}, {}
+    for i, it in ipairs(items) do
+      if it[4] then
+        names[#names + 1] = it[1]
+        ats[#ats + 1] = it[3]
+        at_pos[#names] = i
+      else
+        scores[i] = it[3]
+      end
+    end
+    if #names > 0 then
+      local mode, cap = flru_mode(), peak()
+      local uses = use_all(p, names, ats)
+      for k, i in ipairs(at_pos) do scores[i] = priority(ats[k], uses[k], mode, cap) end
+      if not fixed_rates then
+        local sampled = {}
+        for _, it in ipairs(items) do
+          if it[4] and it[5] then sampled[#sampled + 1] = it[1] end
+        end
+        shadows_touch(sampled)
+      end
+    end
+  else
+    local lists = {}
+    for i, it in ipairs(items) do
+      scores[i] = it[3]
+      if o == 'arc' then arc_refresh(it[1], it[3], it[4], lists) end
+    end
+  end
+  local rec, by_salt, salt_order = {}, {}, {}
+  for i, it in ipairs(items) do
+    rec[#rec + 1] = scores[i]
+    rec[#rec + 1] = it[1]
+    local s = it[2]
+    if by_salt[s] == nil then
+      by_salt[s] = {}
+      salt_order[#salt_order + 1] = s
+    end
+    local l = by_salt[s]
+    l[#l + 1] = it[3]
+    l[#l + 1] = it[1]
+  end
+  zadd_pairs(p..'recency', rec)
+  for _, s in ipairs(salt_order) do zadd_pairs(p..'srec:'..s, by_salt[s]) end
+end
+
+-- Drops an object's ARC lists; one its round evicted leaves a ghost of the list it was in.
+local function arc_forget(name, evicted)
+  local in_t1 = redis.call('ZREM', p..'t1', name) == 1
+  local in_t2 = redis.call('ZREM', p..'t2', name) == 1
+  if evicted and (in_t1 or in_t2) then
+    redis.call('ZADD', p..(in_t1 and 'b1' or 'b2'), redis.call('GET', p..'clock') or 0, name)
+    arc_trim()
+  else
+    redis.call('ZREM', p..'b1', name)
+    redis.call('ZREM', p..'b2', name)
+  end
+end
+
+-- Removes objects from the index and its usage (`evicted`: by an eviction round, so ARC
+-- keeps their ghosts), in order; a name given twice is forgotten once.
+local function forget_all(names, evicted)
+  names = distinct(names)
+  if #names == 0 then return end
+  if order() == 'arc' then
+    for _, name in ipairs(names) do arc_forget(name, evicted) end
+  end
+  local size, salt = hmget(p..'size', names), hmget(p..'salt', names)
+  local known, by_salt, salt_order = {}, {}, {}
+  for _, name in ipairs(names) do
+    if size[name] then
+      known[#known + 1] = name
+      local s = salt[name] or ''
+      usage_add(s, -tonumber(size[name]), -1)
+      if by_salt[s] == nil then
+        by_salt[s] = {}
+        salt_order[#salt_order + 1] = s
+      end
+      by_salt[s][#by_salt[s] + 1] = name
+    end
+  end
+  if #known > 0 then
+    call_chunked('HDEL', p..'size', known)
+    call_chunked('HDEL', p..'salt', known)
+  end
+  for _, s in ipairs(salt_order) do zrem_all(p..'srec:'..s, by_salt[s]) end
+  zrem_all(p..'recency', names)
+  unuse_all(p, names, math.max(4096, 16 * peak()))
+end
+
+-- Names no node locks and none is deleting, of `names`: name -> true.
+local function free_of(names)
+  local d = distinct(names)
+  local locks, deleting = hmget(p..'locks', d), hmget(p..'deleting', d)
+  local out = {}
+  for _, name in ipairs(d) do
+    if not locks[name] and not deleting[name] then out[name] = true end
+  end
+  return out
+end
+
+-- Claims the deletion of `names` (distinct, free) for `node`.
+local function claim_all(node, names)
+  if #names == 0 then return end
+  local pairs_ = {}
+  for _, name in ipairs(names) do
+    pairs_[#pairs_ + 1] = name
+    pairs_[#pairs_ + 1] = node
+  end
+  call_chunked('HSET', p..'deleting', pairs_, 2)
+  call_chunked('SADD', p..'claims:'..node, names)
+end
+
+local function pending_add(node, delta)
+  if delta ~= 0 and redis.call('HINCRBY', p..'usage', 'pending:'..node, delta) <= 0 then
+    redis.call('HDEL', p..'usage', 'pending:'..node)
+  end
+end
+local function pending_total(u)
+  local total = 0
+  u = u or redis.call('HGETALL', p..'usage')
+  for i = 1, #u, 2 do
+    if string.sub(u[i], 1, 8) == 'pending:' then total = total + math.max(0, tonumber(u[i + 1])) end
+  end
+  return total
+end
+
+-- Ends writes of `names` (`n` each: name -> n): `writing` goes down by that many, and a name
+-- whose last write ended is no longer tainted.
+local function writes_ended(order_, n)
+  if #order_ == 0 then return end
+  local deltas = {}
+  for _, name in ipairs(order_) do deltas[name] = -n[name] end
+  local after = counts_add(p..'writing', order_, deltas)
+  local clean = {}
+  for _, name in ipairs(order_) do
+    if after[name][2] <= 0 then clean[#clean + 1] = name end
+  end
+  if #clean > 0 then call_chunked('HDEL', p..'tainted', clean) end
+end
+
+-- Ends this node's writes of `names` (one per occurrence): a name it is not writing is
+-- ignored.
+local function my_writes_ended(node, names)
+  local d = distinct(names)
+  if #d == 0 then return end
+  local k = {}
+  for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
+  local deltas = {}
+  for _, name in ipairs(d) do deltas[name] = -k[name] end
+  local mine = counts_add(p..'writes:'..node, d, deltas)
+  local ended, n = {}, {}
+  for _, name in ipairs(d) do
+    local e = math.min(k[name], math.max(0, mine[name][1]))
+    if e > 0 then
+      ended[#ended + 1] = name
+      n[name] = e
+    end
+  end
+  writes_ended(ended, n)
+end
+
+-- Releases `node`'s locks of `names`, one per occurrence; a name it does not hold is ignored.
+local function unlock_all(node, names)
+  local d = distinct(names)
+  if #d == 0 then return end
+  local k = {}
+  for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
+  local deltas = {}
+  for _, name in ipairs(d) do deltas[name] = -k[name] end
+  local mine = counts_add(p..'held:'..node, d, deltas)
+  local held, drop = {}, {}
+  for _, name in ipairs(d) do
+    local e = math.min(k[name], math.max(0, mine[name][1]))
+    if e > 0 then
+      held[#held + 1] = name
+      drop[name] = -e
+    end
+  end
+  if #held > 0 then counts_add(p..'locks', held, drop) end
+end
+
+local function drop_node(node)
+  local held = redis.call('HGETALL', p..'held:'..node)
+  local names, drop = {}, {}
+  for i = 1, #held, 2 do
+    names[#names + 1] = held[i]
+    drop[held[i]] = -tonumber(held[i + 1])
+  end
+  if #names > 0 then counts_add(p..'locks', names, drop) end
+  redis.call('DEL', p..'held:'..node)
+  local claimed = redis.call('SMEMBERS', p..'claims:'..node)
+  if #claimed > 0 then call_chunked('HDEL', p..'deleting', claimed) end
+  redis.call('DEL', p..'claims:'..node)
+  redis.call('HDEL', p..'usage', 'pending:'..node)
+  local writes = redis.call('HGETALL', p..'writes:'..node)
+  local wnames, wn = {}, {}
+  for i = 1, #writes, 2 do
+    local c = tonumber(writes[i + 1])
+    if c > 0 then
+      wnames[#wnames + 1] = writes[i]
+      wn[writes[i]] = c
+    end
+  end
+  writes_ended(wnames, wn)
+  redis.call('DEL', p..'writes:'..node)
+  for _, lease in ipairs({'lease', 'listing'}) do
+    if redis.call('GET', p..lease) == node then
+      redis.call('DEL', p..lease)
+    end
+  end
+end
+local function reap(now)
+  local dead = redis.call('ZRANGEBYSCORE', p..'nodes', '-inf', now)
+  for _, node in ipairs(dead) do
+    drop_node(node)
+    redis.call('ZREM', p..'nodes', node)
+  end
+  return #dead
+end

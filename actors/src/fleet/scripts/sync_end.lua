@@ -1,0 +1,35 @@
+-- ARGV: p, node, start tick. Forgets the objects the listing did not see, unless stored or hit
+-- since it started, locked, or being deleted. Returns the usage hash.
+local node, start = ARGV[2], tonumber(ARGV[3])
+local names = redis.call('HKEYS', p..'size')
+local salt = hmget(p..'salt', names)
+local seen = call_chunked('SMISMEMBER', p..'seen:'..node, names)
+local unseen, by_salt, salt_order = {}, {}, {}
+for i, name in ipairs(names) do
+  if seen[i] == 0 then
+    unseen[#unseen + 1] = name
+    local s = salt[name] or ''
+    if by_salt[s] == nil then
+      by_salt[s] = {}
+      salt_order[#salt_order + 1] = s
+    end
+    by_salt[s][#by_salt[s] + 1] = name
+  end
+end
+local touched = {}
+for _, s in ipairs(salt_order) do
+  local l = by_salt[s]
+  local scores = call_chunked('ZMSCORE', p..'srec:'..s, l)
+  for i, name in ipairs(l) do
+    if tonumber(scores[i] or '0') > start then touched[name] = true end
+  end
+end
+local free = free_of(unseen)
+local gone = {}
+for _, name in ipairs(unseen) do
+  if free[name] and not touched[name] then gone[#gone + 1] = name end
+end
+forget_all(gone, false)
+usage_flush()
+redis.call('DEL', p..'seen:'..node)
+return redis.call('HGETALL', p..'usage')

@@ -1,0 +1,2 @@
+-- ARGV: p. The usage hash.
+return redis.call('HGETALL', p..'usage')
