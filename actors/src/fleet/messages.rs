@@ -162,7 +162,7 @@ pub(crate) struct FleetCandidates {
     pub(crate) scan: usize,
 }
 
-/// Starts an eviction round of the bucket, in one script (see `ROUND` in scripts.rs for the
+/// Starts an eviction round of the bucket, in one script (see `round.lua` under scripts/ for the
 /// exact rule). The objects the index knows, less those claimed by rounds in flight, are
 /// *stored*; with the bytes nodes are writing they are *landing*. A round is due when stored
 /// reaches `watermark × capacity` (LMCache's rule: `floor(objects × ratio)` plus what brings

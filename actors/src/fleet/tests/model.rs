@@ -152,7 +152,7 @@ impl Model {
         ok
     }
 
-    /// The ROUND script's rule (see scripts.rs), with the same arithmetic.
+    /// The ROUND script's rule (see scripts/round.lua), with the same arithmetic.
     fn round(&mut self, node: usize) -> Round {
         let (known, objects, pending) = self.usage();
         let claimed: u64 = self
