@@ -53,6 +53,21 @@ local function distinct(names)
   return out
 end
 
+-- `names` grouped by salt (`salt`: name -> its salt, false or absent for none): the salts in
+-- the order first met, and salt -> its names in order.
+local function group_by_salt(names, salt)
+  local order_, groups = {}, {}
+  for _, name in ipairs(names) do
+    local s = salt[name] or ''
+    if groups[s] == nil then
+      groups[s] = {}
+      order_[#order_ + 1] = s
+    end
+    groups[s][#groups[s] + 1] = name
+  end
+  return order_, groups
+end
+
 -- Writes a table name -> value into hash `key`: values that are false or <= 0 (numbers) are
 -- deleted, the others set. `order`: the names, for a deterministic command.
 local function hash_write(key, order, values)
@@ -476,19 +491,14 @@ local function forget_all(names, evicted)
     for _, name in ipairs(names) do arc_forget(name, evicted) end
   end
   local size, salt = hmget(p..'size', names), hmget(p..'salt', names)
-  local known, by_salt, salt_order = {}, {}, {}
+  local known = {}
   for _, name in ipairs(names) do
     if size[name] then
       known[#known + 1] = name
-      local s = salt[name] or ''
-      usage_add(s, -tonumber(size[name]), -1)
-      if by_salt[s] == nil then
-        by_salt[s] = {}
-        salt_order[#salt_order + 1] = s
-      end
-      by_salt[s][#by_salt[s] + 1] = name
+      usage_add(salt[name] or '', -tonumber(size[name]), -1)
     end
   end
+  local salt_order, by_salt = group_by_salt(known, salt)
   if #known > 0 then
     call_chunked('HDEL', p..'size', known)
     call_chunked('HDEL', p..'salt', known)
@@ -549,45 +559,42 @@ local function writes_ended(order_, n)
   if #clean > 0 then call_chunked('HDEL', p..'tainted', clean) end
 end
 
--- Ends this node's writes of `names` (one per occurrence): a name it is not writing is
--- ignored.
-local function my_writes_ended(node, names)
+-- Takes `names` (one per occurrence) off a node's own counters in hash `key` (`writes:NODE`,
+-- `held:NODE`), never below what it had: the names it had, in order, and name -> how many
+-- were taken; nil when `names` is empty.
+local function own_take(key, names)
   local d = distinct(names)
-  if #d == 0 then return end
+  if #d == 0 then return nil end
   local k = {}
   for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
   local deltas = {}
   for _, name in ipairs(d) do deltas[name] = -k[name] end
-  local mine = counts_add(p..'writes:'..node, d, deltas)
-  local ended, n = {}, {}
+  local mine = counts_add(key, d, deltas)
+  local took, n = {}, {}
   for _, name in ipairs(d) do
     local e = math.min(k[name], math.max(0, mine[name][1]))
     if e > 0 then
-      ended[#ended + 1] = name
+      took[#took + 1] = name
       n[name] = e
     end
   end
-  writes_ended(ended, n)
+  return took, n
+end
+
+-- Ends this node's writes of `names` (one per occurrence): a name it is not writing is
+-- ignored.
+local function my_writes_ended(node, names)
+  local ended, n = own_take(p..'writes:'..node, names)
+  if ended then writes_ended(ended, n) end
 end
 
 -- Releases `node`'s locks of `names`, one per occurrence; a name it does not hold is ignored.
 local function unlock_all(node, names)
-  local d = distinct(names)
-  if #d == 0 then return end
-  local k = {}
-  for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
-  local deltas = {}
-  for _, name in ipairs(d) do deltas[name] = -k[name] end
-  local mine = counts_add(p..'held:'..node, d, deltas)
-  local held, drop = {}, {}
-  for _, name in ipairs(d) do
-    local e = math.min(k[name], math.max(0, mine[name][1]))
-    if e > 0 then
-      held[#held + 1] = name
-      drop[name] = -e
-    end
-  end
-  if #held > 0 then counts_add(p..'locks', held, drop) end
+  local held, n = own_take(p..'held:'..node, names)
+  if not held or #held == 0 then return end
+  local drop = {}
+  for _, name in ipairs(held) do drop[name] = -n[name] end
+  counts_add(p..'locks', held, drop)
 end
 
 local function drop_node(node)

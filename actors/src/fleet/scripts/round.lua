@@ -100,16 +100,7 @@ end
 -- the names still known, free and not touched since.
 -- The tick of each known name's last store or hit (0 for one a listing added): name -> tick.
 local function last_uses(names)
-  local salt = hmget(p..'salt', names)
-  local by_salt, salt_order = {}, {}
-  for _, name in ipairs(names) do
-    local s = salt[name] or ''
-    if by_salt[s] == nil then
-      by_salt[s] = {}
-      salt_order[#salt_order + 1] = s
-    end
-    by_salt[s][#by_salt[s] + 1] = name
-  end
+  local salt_order, by_salt = group_by_salt(names, hmget(p..'salt', names))
   local out = {}
   for _, s in ipairs(salt_order) do
     local l = by_salt[s]

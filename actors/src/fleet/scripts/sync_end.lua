@@ -4,18 +4,11 @@ local node, start = ARGV[2], tonumber(ARGV[3])
 local names = redis.call('HKEYS', p..'size')
 local salt = hmget(p..'salt', names)
 local seen = call_chunked('SMISMEMBER', p..'seen:'..node, names)
-local unseen, by_salt, salt_order = {}, {}, {}
+local unseen = {}
 for i, name in ipairs(names) do
-  if seen[i] == 0 then
-    unseen[#unseen + 1] = name
-    local s = salt[name] or ''
-    if by_salt[s] == nil then
-      by_salt[s] = {}
-      salt_order[#salt_order + 1] = s
-    end
-    by_salt[s][#by_salt[s] + 1] = name
-  end
+  if seen[i] == 0 then unseen[#unseen + 1] = name end
 end
+local salt_order, by_salt = group_by_salt(unseen, salt)
 local touched = {}
 for _, s in ipairs(salt_order) do
   local l = by_salt[s]
