@@ -7,33 +7,37 @@ for i = 3, #ARGV - 1, 2 do
   names[#names + 1] = ARGV[i]
   sampled[#names] = ARGV[i + 1] == '1'
 end
-local d = distinct(names)
-local deleting = hmget(p..'deleting', d)
-local size, salt = hmget(p..'size', d), hmget(p..'salt', d)
-local out, k, order_, items = {}, {}, {}, {}
+local deleting = {}
+if redis.call('EXISTS', p..'deleting') == 1 then deleting = call_chunked('HMGET', p..'deleting', names) end
+local size = call_chunked('HMGET', p..'size', names)
+local out, k, order_ = {}, {}, {}
+local known, ksampled = {}, {}
 for i = #names, 1, -1 do
   local name = names[i]
-  if deleting[name] then
+  if deleting[i] then
     out[i] = -1
   else
-    if k[name] == nil then
-      k[name] = 0
+    local c = k[name]
+    if c == nil then
+      k[name] = 1
       order_[#order_ + 1] = name
+    else
+      k[name] = c + 1
     end
-    k[name] = k[name] + 1
-    if size[name] then
-      items[#items + 1] = {name, salt[name] or '', 0, true, sampled[i]}
-      out[i] = tonumber(size[name])
+    if size[i] then
+      known[#known + 1] = name
+      ksampled[#known] = sampled[i]
+      out[i] = tonumber(size[i])
     else
       out[i] = 0
     end
   end
 end
-counts_add(p..'locks', order_, k)
-counts_add(p..'held:'..node, order_, k)
-if #items > 0 then
-  local t = ticks(#items)
-  for i, it in ipairs(items) do it[3] = t + i - 1 end
-  refresh_all(items)
+counts_add(p..'locks', order_, k, 1)
+counts_add(p..'held:'..node, order_, k, 1)
+if #known > 0 then
+  local salt = call_chunked('HMGET', p..'salt', known)
+  for i = 1, #known do salt[i] = salt[i] or '' end
+  refresh_all(known, salt, ticks(#known), true, ksampled)
 end
 return out

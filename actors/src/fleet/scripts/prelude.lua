@@ -68,38 +68,43 @@ local function group_by_salt(names, salt)
   return order_, groups
 end
 
--- Writes a table name -> value into hash `key`: values that are false or <= 0 (numbers) are
--- deleted, the others set. `order`: the names, for a deterministic command.
-local function hash_write(key, order, values)
+-- Adds `sign` x `counts` (name -> integer) to the counters of hash `key` for the distinct names
+-- `order`; counters that reach 0 or less are deleted. Returns two maps: name -> the count
+-- before, name -> after.
+local function counts_add(key, order, counts, sign)
+  local before, after = {}, {}
+  if #order == 0 then return before, after end
+  local now = call_chunked('HMGET', key, order)
   local set, del = {}, {}
-  for _, name in ipairs(order) do
-    local v = values[name]
-    if v == nil then
-      -- untouched
-    elseif v == false or (type(v) == 'number' and v <= 0) then
-      del[#del + 1] = name
-    else
+  for i, name in ipairs(order) do
+    local b = tonumber(now[i] or '0')
+    local a = b + sign * counts[name]
+    before[name], after[name] = b, a
+    if a > 0 then
       set[#set + 1] = name
-      set[#set + 1] = v
+      set[#set + 1] = a
+    elseif now[i] then
+      del[#del + 1] = name
     end
   end
   if #set > 0 then call_chunked('HSET', key, set, 2) end
   if #del > 0 then call_chunked('HDEL', key, del) end
+  return before, after
 end
 
--- Adds `deltas` (name -> integer, in the order `order`) to the counters of hash `key`;
--- counters that reach 0 or less are deleted. Returns name -> {before, after}.
-local function counts_add(key, order, deltas)
-  local now = hmget(key, order)
-  local out, values = {}, {}
-  for _, name in ipairs(order) do
-    local before = tonumber(now[name] or '0')
-    local after = before + deltas[name]
-    out[name] = {before, after}
-    values[name] = after
+-- The distinct names of `names` in order, and name -> how many times it occurs.
+local function tally(names)
+  local d, k = {}, {}
+  for _, name in ipairs(names) do
+    local c = k[name]
+    if c == nil then
+      d[#d + 1] = name
+      k[name] = 1
+    else
+      k[name] = c + 1
+    end
   end
-  hash_write(key, order, values)
-  return out
+  return d, k
 end
 
 local function zadd_pairs(key, pairs)
@@ -414,58 +419,67 @@ local function arc_refresh(name, at, used, lists)
   end
 end
 
--- Touches a batch of known objects, in order: `items` are {name, salt, at, used, sampled}.
--- The bucket's recency gets each one's score by the order (LRU: its tick; FLRU: its
--- priority, with a use counted when `used`; ARC: its tick, and its lists), and its salt's
--- recency its tick. FLRU's shadows see the sampled names that are used.
-local function refresh_all(items)
-  if #items == 0 then return end
+-- Touches a batch of known objects, in order: `names` (positions 1..n) with their `salts` and
+-- whether FLRU's shadows sample each (`sampled`), at the ticks `t0`, `t0 + 1`, ... (`t0` = 0:
+-- all at tick 0, as a listing adds them); `used`: a store or hit (else a listing's add). The
+-- bucket's recency gets each one's score by the order (LRU: its tick; FLRU: its priority,
+-- with a use counted when `used`; ARC: its tick, and its lists), and its salt's recency its
+-- tick. FLRU's shadows see the sampled names that are used.
+local function refresh_all(names, salts, t0, used, sampled)
+  local n = #names
+  if n == 0 then return end
   local o = order()
-  local scores = {}
-  if o == 'flru' then
-    local names, ats, at_pos = {}, {}, {}
-    for i, it in ipairs(items) do
-      if it[4] then
-        names[#names + 1] = it[1]
-        ats[#ats + 1] = it[3]
-        at_pos[#names] = i
-      else
-        scores[i] = it[3]
-      end
-    end
-    if #names > 0 then
-      local mode, cap = flru_mode(), peak()
-      local uses = use_all(p, names, ats)
-      for k, i in ipairs(at_pos) do scores[i] = priority(ats[k], uses[k], mode, cap) end
-      if not fixed_rates then
-        local sampled = {}
-        for _, it in ipairs(items) do
-          if it[4] and it[5] then sampled[#sampled + 1] = it[1] end
-        end
-        shadows_touch(sampled)
-      end
-    end
-  else
-    local lists = {}
-    for i, it in ipairs(items) do
-      scores[i] = it[3]
-      if o == 'arc' then arc_refresh(it[1], it[3], it[4], lists) end
-    end
+  local ticked = {}
+  for i = 1, n do
+    ticked[2 * i - 1] = t0 > 0 and t0 + i - 1 or 0
+    ticked[2 * i] = names[i]
   end
-  local rec, by_salt, salt_order = {}, {}, {}
-  for i, it in ipairs(items) do
-    rec[#rec + 1] = scores[i]
-    rec[#rec + 1] = it[1]
-    local s = it[2]
-    if by_salt[s] == nil then
-      by_salt[s] = {}
-      salt_order[#salt_order + 1] = s
+  local rec = ticked
+  if o == 'flru' and used then
+    local ats = {}
+    for i = 1, n do ats[i] = ticked[2 * i - 1] end
+    local mode, cap = flru_mode(), peak()
+    local uses = use_all(p, names, ats)
+    rec = {}
+    for i = 1, n do
+      rec[2 * i - 1] = priority(ats[i], uses[i], mode, cap)
+      rec[2 * i] = names[i]
     end
-    local l = by_salt[s]
-    l[#l + 1] = it[3]
-    l[#l + 1] = it[1]
+    if not fixed_rates then
+      local s = {}
+      for i = 1, n do
+        if sampled[i] then s[#s + 1] = names[i] end
+      end
+      shadows_touch(s)
+    end
+  elseif o == 'arc' then
+    local lists = {}
+    for i = 1, n do arc_refresh(names[i], ticked[2 * i - 1], used, lists) end
   end
   zadd_pairs(p..'recency', rec)
+  local first, one = salts[1], true
+  for i = 2, n do
+    if salts[i] ~= first then
+      one = false
+      break
+    end
+  end
+  if one then
+    zadd_pairs(p..'srec:'..first, ticked)
+    return
+  end
+  local by_salt, salt_order = {}, {}
+  for i = 1, n do
+    local s = salts[i]
+    local l = by_salt[s]
+    if l == nil then
+      l = {}
+      by_salt[s] = l
+      salt_order[#salt_order + 1] = s
+    end
+    l[#l + 1] = ticked[2 * i - 1]
+    l[#l + 1] = names[i]
+  end
   for _, s in ipairs(salt_order) do zadd_pairs(p..'srec:'..s, by_salt[s]) end
 end
 
@@ -487,34 +501,38 @@ end
 local function forget_all(names, evicted)
   names = distinct(names)
   if #names == 0 then return end
-  if order() == 'arc' then
+  local o = order()
+  if o == 'arc' then
     for _, name in ipairs(names) do arc_forget(name, evicted) end
   end
-  local size, salt = hmget(p..'size', names), hmget(p..'salt', names)
-  local known = {}
-  for _, name in ipairs(names) do
-    if size[name] then
+  local size, salt = call_chunked('HMGET', p..'size', names), call_chunked('HMGET', p..'salt', names)
+  local known, salted, salts = {}, {}, {}
+  for i, name in ipairs(names) do
+    if size[i] then
       known[#known + 1] = name
-      usage_add(salt[name] or '', -tonumber(size[name]), -1)
+      local s = salt[i] or ''
+      salts[name] = s
+      if s ~= '' then salted[#salted + 1] = name end
+      usage_add(s, -tonumber(size[i]), -1)
     end
   end
-  local salt_order, by_salt = group_by_salt(known, salt)
-  if #known > 0 then
-    call_chunked('HDEL', p..'size', known)
-    call_chunked('HDEL', p..'salt', known)
-  end
+  if #known > 0 then call_chunked('HDEL', p..'size', known) end
+  if #salted > 0 then call_chunked('HDEL', p..'salt', salted) end
+  local salt_order, by_salt = group_by_salt(known, salts)
   for _, s in ipairs(salt_order) do zrem_all(p..'srec:'..s, by_salt[s]) end
   zrem_all(p..'recency', names)
-  unuse_all(p, names, math.max(4096, 16 * peak()))
+  if o == 'flru' then unuse_all(p, names, math.max(4096, 16 * peak())) end
 end
 
 -- Names no node locks and none is deleting, of `names`: name -> true.
 local function free_of(names)
-  local d = distinct(names)
-  local locks, deleting = hmget(p..'locks', d), hmget(p..'deleting', d)
   local out = {}
-  for _, name in ipairs(d) do
-    if not locks[name] and not deleting[name] then out[name] = true end
+  if #names == 0 then return out end
+  local locks = call_chunked('HMGET', p..'locks', names)
+  local deleting = {}
+  if redis.call('EXISTS', p..'deleting') == 1 then deleting = call_chunked('HMGET', p..'deleting', names) end
+  for i, name in ipairs(names) do
+    if not locks[i] and not deleting[i] then out[name] = true end
   end
   return out
 end
@@ -545,16 +563,15 @@ local function pending_total(u)
   return total
 end
 
--- Ends writes of `names` (`n` each: name -> n): `writing` goes down by that many, and a name
--- whose last write ended is no longer tainted.
-local function writes_ended(order_, n)
-  if #order_ == 0 then return end
-  local deltas = {}
-  for _, name in ipairs(order_) do deltas[name] = -n[name] end
-  local after = counts_add(p..'writing', order_, deltas)
+-- Ends writes of the distinct `names` (`n` each: name -> n): `writing` goes down by that
+-- many, and a name whose last write ended is no longer tainted.
+local function writes_ended(names, n)
+  if #names == 0 then return end
+  local _, after = counts_add(p..'writing', names, n, -1)
+  if redis.call('EXISTS', p..'tainted') == 0 then return end
   local clean = {}
-  for _, name in ipairs(order_) do
-    if after[name][2] <= 0 then clean[#clean + 1] = name end
+  for _, name in ipairs(names) do
+    if after[name] <= 0 then clean[#clean + 1] = name end
   end
   if #clean > 0 then call_chunked('HDEL', p..'tainted', clean) end
 end
@@ -563,22 +580,18 @@ end
 -- `held:NODE`), never below what it had: the names it had, in order, and name -> how many
 -- were taken; nil when `names` is empty.
 local function own_take(key, names)
-  local d = distinct(names)
+  local d, k = tally(names)
   if #d == 0 then return nil end
-  local k = {}
-  for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
-  local deltas = {}
-  for _, name in ipairs(d) do deltas[name] = -k[name] end
-  local mine = counts_add(key, d, deltas)
-  local took, n = {}, {}
+  local before = counts_add(key, d, k, -1)
+  local took = {}
   for _, name in ipairs(d) do
-    local e = math.min(k[name], math.max(0, mine[name][1]))
+    local e = math.min(k[name], math.max(0, before[name]))
     if e > 0 then
       took[#took + 1] = name
-      n[name] = e
+      k[name] = e
     end
   end
-  return took, n
+  return took, k
 end
 
 -- Ends this node's writes of `names` (one per occurrence): a name it is not writing is
@@ -591,35 +604,32 @@ end
 -- Releases `node`'s locks of `names`, one per occurrence; a name it does not hold is ignored.
 local function unlock_all(node, names)
   local held, n = own_take(p..'held:'..node, names)
-  if not held or #held == 0 then return end
-  local drop = {}
-  for _, name in ipairs(held) do drop[name] = -n[name] end
-  counts_add(p..'locks', held, drop)
+  if held then counts_add(p..'locks', held, n, -1) end
+end
+
+-- A hash of counters (`held:NODE`, `writes:NODE`) as its positive names and name -> count.
+local function counters(key)
+  local all = redis.call('HGETALL', key)
+  local names, n = {}, {}
+  for i = 1, #all, 2 do
+    local c = tonumber(all[i + 1])
+    if c > 0 then
+      names[#names + 1] = all[i]
+      n[all[i]] = c
+    end
+  end
+  return names, n
 end
 
 local function drop_node(node)
-  local held = redis.call('HGETALL', p..'held:'..node)
-  local names, drop = {}, {}
-  for i = 1, #held, 2 do
-    names[#names + 1] = held[i]
-    drop[held[i]] = -tonumber(held[i + 1])
-  end
-  if #names > 0 then counts_add(p..'locks', names, drop) end
+  local names, n = counters(p..'held:'..node)
+  counts_add(p..'locks', names, n, -1)
   redis.call('DEL', p..'held:'..node)
   local claimed = redis.call('SMEMBERS', p..'claims:'..node)
   if #claimed > 0 then call_chunked('HDEL', p..'deleting', claimed) end
   redis.call('DEL', p..'claims:'..node)
   redis.call('HDEL', p..'usage', 'pending:'..node)
-  local writes = redis.call('HGETALL', p..'writes:'..node)
-  local wnames, wn = {}, {}
-  for i = 1, #writes, 2 do
-    local c = tonumber(writes[i + 1])
-    if c > 0 then
-      wnames[#wnames + 1] = writes[i]
-      wn[writes[i]] = c
-    end
-  end
-  writes_ended(wnames, wn)
+  writes_ended(counters(p..'writes:'..node))
   redis.call('DEL', p..'writes:'..node)
   for _, lease in ipairs({'lease', 'listing'}) do
     if redis.call('GET', p..lease) == node then

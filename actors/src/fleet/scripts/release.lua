@@ -25,10 +25,11 @@ end
 if #gone > 0 then
   forget_all(gone, evicted)
   usage_flush()
-  local writing = hmget(p..'writing', gone)
+  local writing = {}
+  if redis.call('EXISTS', p..'writing') == 1 then writing = call_chunked('HMGET', p..'writing', gone) end
   local taint = {}
-  for _, name in ipairs(gone) do
-    if writing[name] then
+  for i, name in ipairs(gone) do
+    if writing[i] then
       taint[#taint + 1] = name
       taint[#taint + 1] = 1
     end

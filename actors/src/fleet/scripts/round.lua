@@ -32,16 +32,22 @@ local function victims(names, out)
   end
 end
 -- The first `limit` free names of sorted set `set`, among its 4 x limit + 64 + skip lowest.
+-- Most of the lowest are free, so the `limit + skip + 8` lowest are read first, and the whole
+-- window only when they hold too few (the same names either way).
 local function take(set, limit, skip, out)
-  local names = redis.call('ZRANGE', set, 0, 4 * limit + 63 + skip)
-  local free = free_of(names)
   local chosen = {}
-  for _, name in ipairs(names) do
-    if #chosen >= limit then break end
-    if free[name] then
-      chosen[#chosen + 1] = name
-      free[name] = nil
+  for _, window in ipairs({limit + skip + 8, 4 * limit + 64 + skip}) do
+    local names = redis.call('ZRANGE', set, 0, window - 1)
+    local free = free_of(names)
+    chosen = {}
+    for _, name in ipairs(names) do
+      if #chosen >= limit then break end
+      if free[name] then
+        chosen[#chosen + 1] = name
+        free[name] = nil
+      end
     end
+    if #chosen >= limit or #names < window then break end
   end
   victims(chosen, out)
 end

@@ -7,64 +7,71 @@
 -- as on one node.
 local node, written, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5])
 pending_add(node, -tonumber(ARGV[4]))
-local objects = {}
+-- The objects, last first.
+local names, salts, sizes, sampled = {}, {}, {}, {}
 for i = #ARGV - 3, 6 + n, -4 do
-  objects[#objects + 1] = {ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3] == '1'}
+  local j = #names + 1
+  names[j], salts[j], sizes[j], sampled[j] = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3] == '1'
 end
-local names = {}
-for i, o in ipairs(objects) do names[i] = o[1] end
-local d = distinct(names)
 local tainted = {}
-if written then tainted = hmget(p..'tainted', d) end
-local size, salt = hmget(p..'size', d), hmget(p..'salt', d)
--- Per name: its size and salt as the batch leaves them, and the salts' recencies it was in.
-local cur_size, cur_salt, was_in = {}, {}, {}
-for _, name in ipairs(d) do
-  cur_size[name] = tonumber(size[name] or '0')
-  cur_salt[name] = salt[name] or ''
-  was_in[name] = {}
+if written and #names > 0 and redis.call('EXISTS', p..'tainted') == 1 then
+  tainted = call_chunked('HMGET', p..'tainted', names)
 end
-local items = {}
-for _, o in ipairs(objects) do
-  local name, s, bytes = o[1], o[2], o[3]
-  if not tainted[name] then
-    local old = cur_size[name]
-    if old > 0 then
-      usage_add(cur_salt[name], -old, -1)
-      was_in[name][cur_salt[name]] = true
+local old_size, old_salt = {}, {}
+if #names > 0 then
+  old_size = call_chunked('HMGET', p..'size', names)
+  old_salt = call_chunked('HMGET', p..'salt', names)
+end
+-- Per name: its size and salt as the batch leaves it, whether it had a salt, and the salts'
+-- recencies it left (name, salt pairs).
+local cur_size, cur_salt, had_salt, left = {}, {}, {}, {}
+local tn, ts, tsampled = {}, {}, {}
+for i, name in ipairs(names) do
+  if not tainted[i] then
+    local old, was = cur_size[name], cur_salt[name]
+    if old == nil then
+      old, was = tonumber(old_size[i] or '0'), old_salt[i] or ''
+      had_salt[name] = was ~= ''
     end
-    cur_size[name], cur_salt[name] = bytes, s
-    usage_add(s, bytes, 1)
-    items[#items + 1] = {name, s, 0, true, o[4]}
+    local s = salts[i]
+    if old > 0 then
+      usage_add(was, -old, -1)
+      if was ~= s then
+        left[#left + 1] = name
+        left[#left + 1] = was
+      end
+    end
+    cur_size[name], cur_salt[name] = sizes[i], s
+    usage_add(s, sizes[i], 1)
+    tn[#tn + 1] = name
+    ts[#tn] = s
+    tsampled[#tn] = sampled[i]
   end
 end
-if #items > 0 then
-  local t = ticks(#items)
-  for i, it in ipairs(items) do it[3] = t + i - 1 end
-  local sizes, salted, unsalted, touched = {}, {}, {}, {}
-  for _, it in ipairs(items) do
-    local name = it[1]
-    if not touched[name] then
-      touched[name] = true
-      sizes[#sizes + 1] = name
-      sizes[#sizes + 1] = cur_size[name]
+if #tn > 0 then
+  local sizes_, salted, unsalted, done = {}, {}, {}, {}
+  for _, name in ipairs(tn) do
+    if not done[name] then
+      done[name] = true
+      sizes_[#sizes_ + 1] = name
+      sizes_[#sizes_ + 1] = cur_size[name]
       if cur_salt[name] ~= '' then
         salted[#salted + 1] = name
         salted[#salted + 1] = cur_salt[name]
-      else
+      elseif had_salt[name] then
         unsalted[#unsalted + 1] = name
-      end
-      -- Out of the recency of every salt it was in but its last.
-      for s in pairs(was_in[name]) do
-        if s ~= cur_salt[name] then redis.call('ZREM', p..'srec:'..s, name) end
       end
     end
   end
-  call_chunked('HSET', p..'size', sizes, 2)
+  -- Out of the recency of every salt it was in but its last.
+  for i = 1, #left, 2 do
+    if cur_salt[left[i]] ~= left[i + 1] then redis.call('ZREM', p..'srec:'..left[i + 1], left[i]) end
+  end
+  call_chunked('HSET', p..'size', sizes_, 2)
   if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
   if #unsalted > 0 then call_chunked('HDEL', p..'salt', unsalted) end
   usage_flush()
-  refresh_all(items)
+  refresh_all(tn, ts, ticks(#tn), true, tsampled)
 end
 local ended = {}
 for i = 6, 6 + n - 1 do ended[#ended + 1] = ARGV[i] end

@@ -8,7 +8,7 @@ if #names == 0 then return 0 end
 call_chunked('SADD', p..'seen:'..node, names)
 local d = distinct(names)
 local size, deleting = hmget(p..'size', d), hmget(p..'deleting', d)
-local added, sizes, salted, items = {}, {}, {}, {}
+local added, sizes, salted, anames, asalts = {}, {}, {}, {}, {}
 for i = 3, #ARGV, 4 do
   local name, salt, bytes = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if not size[name] and not deleting[name] and not added[name] then
@@ -20,12 +20,13 @@ for i = 3, #ARGV, 4 do
       salted[#salted + 1] = salt
     end
     usage_add(salt, bytes, 1)
-    items[#items + 1] = {name, salt, 0, false, false}
+    anames[#anames + 1] = name
+    asalts[#anames] = salt
   end
 end
-if #items == 0 then return 0 end
+if #anames == 0 then return 0 end
 call_chunked('HSET', p..'size', sizes, 2)
 if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
 usage_flush()
-refresh_all(items)
-return #items
+refresh_all(anames, asalts, 0, false, {})
+return #anames

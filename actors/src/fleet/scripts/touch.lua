@@ -1,17 +1,22 @@
 -- ARGV: p, then (name, sampled) per name. Refreshes the recency of the names the index knows,
 -- last first.
-local names = {}
-for i = 2, #ARGV - 1, 2 do names[#names + 1] = ARGV[i] end
-local d = distinct(names)
-local size, salt = hmget(p..'size', d), hmget(p..'salt', d)
-local items = {}
+local names, sampled = {}, {}
 for i = #ARGV - 1, 2, -2 do
-  local name = ARGV[i]
-  if size[name] then items[#items + 1] = {name, salt[name] or '', 0, true, ARGV[i + 1] == '1'} end
+  names[#names + 1] = ARGV[i]
+  sampled[#names] = ARGV[i + 1] == '1'
 end
-if #items > 0 then
-  local t = ticks(#items)
-  for i, it in ipairs(items) do it[3] = t + i - 1 end
-  refresh_all(items)
+if #names == 0 then return 0 end
+local size = call_chunked('HMGET', p..'size', names)
+local known, ksampled = {}, {}
+for i, name in ipairs(names) do
+  if size[i] then
+    known[#known + 1] = name
+    ksampled[#known] = sampled[i]
+  end
+end
+if #known > 0 then
+  local salt = call_chunked('HMGET', p..'salt', known)
+  for i = 1, #known do salt[i] = salt[i] or '' end
+  refresh_all(known, salt, ticks(#known), true, ksampled)
 end
 return 0

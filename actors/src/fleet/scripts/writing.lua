@@ -18,11 +18,9 @@ if started == 1 then
   pending_add(node, bytes)
   local names = {}
   for i = 5, #ARGV do names[#names + 1] = ARGV[i] end
-  local d = distinct(names)
-  local k = {}
-  for _, name in ipairs(names) do k[name] = (k[name] or 0) + 1 end
-  counts_add(p..'writing', d, k)
-  counts_add(p..'writes:'..node, d, k)
+  local d, k = tally(names)
+  counts_add(p..'writing', d, k, 1)
+  counts_add(p..'writes:'..node, d, k, 1)
   out = redis.call('HGETALL', p..'usage')
 end
 table.insert(out, 1, started)
