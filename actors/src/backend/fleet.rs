@@ -390,7 +390,7 @@ impl BackendActor {
             }
         }
         if !release.is_empty() {
-            index.do_send(FleetUnlock(release));
+            index.do_send(FleetUnlockSoon(release));
         }
     }
 
@@ -412,7 +412,7 @@ impl BackendActor {
             }
         }
         if !names.is_empty() {
-            index.do_send(FleetUnlock(names));
+            index.do_send(FleetUnlockSoon(names));
         }
     }
 

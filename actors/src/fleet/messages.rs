@@ -122,10 +122,19 @@ pub(crate) struct Announced {
 #[rtype(result = "Result<Vec<FleetLock>, FleetError>")]
 pub(crate) struct FleetLockNames(pub(crate) Vec<FleetName>);
 
-/// Releases one lock per name held by this node.
+/// Releases one lock per name held by this node, now (with any unlocks queued by
+/// [`FleetUnlockSoon`] before them).
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<(), FleetError>")]
 pub(crate) struct FleetUnlock(pub(crate) Vec<String>);
+
+/// Releases one lock per name held by this node with the node's next call to the index (in
+/// the same round trip, before it), or after [`UNLOCK_FLUSH`](super::UNLOCK_FLUSH) when no
+/// call comes sooner. What a lookup's misses and a host's unlocks send: a lock held that much
+/// longer only defers the eviction of its object, and a request saves a round trip.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "()")]
+pub(crate) struct FleetUnlockSoon(pub(crate) Vec<String>);
 
 /// Refreshes the fleet recency of names (lookup hits that did not lock through the index).
 #[derive(Debug, Clone, Message)]

@@ -4,8 +4,10 @@
 //! One [`FleetIndex`] actor per adapter owns the connection (redis-rs' multiplexed connection:
 //! the actor's futures share it, nothing else does) and this node's view: joined or not, the
 //! live nodes, why it is alone. Each message is one Lua script on the server
-//! ([`scripts`]), so a batch is one round trip and atomic there; the actor itself holds no
-//! object state and takes no lock.
+//! ([`scripts`], called as a function of their library: [`call`]), so a batch is one round
+//! trip and atomic there; the actor itself holds no object state and takes no lock. The one
+//! thing it keeps between messages is the queue of [`FleetUnlockSoon`] names, sent before its
+//! next call (same connection, same round trip) or within [`UNLOCK_FLUSH`].
 //!
 //! Invariants, as the scripts keep them on the server:
 //! - **Usage** (`usage`) is the sum of `size` over the objects the index knows, in total and
@@ -43,6 +45,7 @@
 //! [`FleetError::Unreachable`] and the node serves alone; the heartbeat timer reconnects and
 //! joins again without a restart.
 
+mod call;
 mod messages;
 mod scripts;
 #[cfg(test)]
@@ -54,11 +57,15 @@ use std::time::Duration;
 use actix::fut::{ready, wrap_future};
 use actix::prelude::*;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, RedisError, Value};
 
 use crate::config::Secret;
+use call::{load_library, Call};
 pub use messages::*;
-use scripts::Scripts;
+use scripts::{Func, Scripts};
+
+/// The longest an unlock queued by [`FleetUnlockSoon`] waits for a call to ride with.
+pub(crate) const UNLOCK_FLUSH: Duration = Duration::from_millis(10);
 
 /// Liveness of a node after its last heartbeat, by default.
 pub(crate) const DEFAULT_TTL: Duration = Duration::from_secs(10);
@@ -140,6 +147,13 @@ pub(crate) struct FleetIndex {
     prefix: Rc<str>,
     usage_key: Rc<str>,
     status: FleetStatus,
+    /// The server took the scripts' library at the last join: calls are `FCALL`s (else
+    /// `EVALSHA`, a server without functions).
+    functions: bool,
+    /// Names unlocked by [`FleetUnlockSoon`], sent before the next call; a flush of them is
+    /// due after [`UNLOCK_FLUSH`] when `flush_due`.
+    unlocks: Vec<String>,
+    flush_due: bool,
 }
 
 impl FleetIndex {
@@ -179,13 +193,17 @@ impl FleetIndex {
             prefix,
             usage_key,
             status,
+            functions: false,
+            unlocks: Vec::new(),
+            flush_due: false,
         }
     }
 
-    /// Runs one script with `ARGV[1]` = the prefix and `args` after it.
+    /// Runs one script with `ARGV[1]` = the prefix and `args` after it, after the unlocks
+    /// queued so far (one round trip for both when the server has functions).
     fn run<T: 'static>(
         &mut self,
-        pick: fn(&Scripts) -> &Script,
+        pick: fn(&Scripts) -> &Func,
         args: Vec<String>,
         parse: impl FnOnce(Value) -> Result<T, FleetError> + 'static,
     ) -> ResponseActFuture<Self, Result<T, FleetError>> {
@@ -193,25 +211,35 @@ impl FleetIndex {
             let reason = self.status.reason.clone().unwrap_or_default();
             return Box::pin(ready(Err(FleetError::Unreachable(reason))));
         };
-        let (scripts, key, prefix) = (
-            self.scripts.clone(),
-            self.usage_key.clone(),
-            self.prefix.clone(),
-        );
-        let call = async move {
-            let mut inv = pick(&scripts).key(&*key);
-            inv.arg(&*prefix);
-            for a in &args {
-                inv.arg(a);
-            }
-            inv.invoke_async::<Value>(&mut conn).await
+        let unlocks = (!self.unlocks.is_empty()).then(|| {
+            let mut a = vec![self.config.node.clone()];
+            a.append(&mut self.unlocks);
+            a
+        });
+        let call = Call {
+            scripts: self.scripts.clone(),
+            key: self.usage_key.clone(),
+            prefix: self.prefix.clone(),
+            functions: self.functions,
         };
+        let fut = async move { call.run(&mut conn, unlocks, pick, args).await };
         Box::pin(
-            wrap_future(call).map(move |res, act: &mut Self, _| match res {
+            wrap_future(fut).map(move |res, act: &mut Self, _| match res {
                 Ok(v) => parse(v),
                 Err(e) => Err(act.failed(&e)),
             }),
         )
+    }
+
+    /// Sends the queued unlocks now, if any are left.
+    fn flush_unlocks(&mut self, ctx: &mut Context<Self>) {
+        self.flush_due = false;
+        if self.unlocks.is_empty() {
+            return;
+        }
+        let mut args = vec![self.config.node.clone()];
+        args.append(&mut self.unlocks);
+        ctx.spawn(self.run(|s| &s.unlock, args, |_| Ok(())).map(|_, _, _| ()));
     }
 
     /// Classifies a failed request: a connection that broke or timed out leaves the node alone
@@ -321,23 +349,24 @@ impl FleetIndex {
                 .arg(name)
                 .query_async(&mut conn)
                 .await;
-            scripts
-                .join
-                .key(&*key)
-                .arg(&*prefix)
-                .arg(node)
-                .arg(ttl)
-                .arg(fresh)
-                .arg(&order)
-                .arg(quotas)
-                .invoke_async::<(i64, String)>(&mut conn)
-                .await
-                .map(|(n, before)| (n, before, order))
+            let functions = load_library(&mut conn, &scripts).await;
+            let call = Call {
+                scripts,
+                key,
+                prefix,
+                functions,
+            };
+            let args = vec![node, ttl, fresh.to_string(), order.clone()];
+            let args = args.into_iter().chain(quotas).collect();
+            let v = call.run(&mut conn, None, |s| &s.join, args).await?;
+            let (n, before) = redis::from_redis_value::<(i64, String)>(v)?;
+            Ok::<_, RedisError>((n, before, order, functions))
         };
         ctx.spawn(wrap_future(call).map(|res, act: &mut Self, _| {
             act.connecting = false;
             match res {
-                Ok((n, before, order)) => {
+                Ok((n, before, order, functions)) => {
+                    act.functions = functions;
                     if !order.is_empty() && before != order {
                         tracing::warn!(
                             node = %act.config.node,
@@ -542,8 +571,21 @@ impl Handler<FleetUnlock> for FleetIndex {
 
     fn handle(&mut self, msg: FleetUnlock, _: &mut Self::Context) -> Self::Result {
         let mut args = vec![self.config.node.clone()];
+        args.append(&mut self.unlocks);
         args.extend(msg.0);
         self.run(|s| &s.unlock, args, |_| Ok(()))
+    }
+}
+
+impl Handler<FleetUnlockSoon> for FleetIndex {
+    type Result = ();
+
+    fn handle(&mut self, msg: FleetUnlockSoon, ctx: &mut Self::Context) {
+        self.unlocks.extend(msg.0);
+        if !self.flush_due {
+            self.flush_due = true;
+            ctx.run_later(UNLOCK_FLUSH, |act, ctx| act.flush_unlocks(ctx));
+        }
     }
 }
 

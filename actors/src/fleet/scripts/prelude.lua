@@ -7,7 +7,7 @@
 -- Results match the one-name-at-a-time order exactly: a batch is applied in the order the
 -- script would have applied its names, and a name that appears twice sees its own earlier
 -- effect (each helper keeps what it has written in a Lua table before it sends it).
-local p = ARGV[1]
+local p
 local CHUNK = 1000
 
 local function now_ms()
@@ -644,4 +644,14 @@ local function reap(now)
     redis.call('ZREM', p..'nodes', node)
   end
   return #dead
+end
+
+-- Starts a call: the prefix (`argv[1]`), and the helpers' batch state cleared (a function of
+-- the library keeps its upvalues from one call to the next; a script starts afresh anyway).
+local function begin(argv)
+  p = argv[1]
+  u_bytes, u_objects, u_salts, u_salt_order = 0, 0, {}, {}
+  u_count, u_peak, u_peak_start = nil, nil, nil
+  kind, bonus, fixed_rates = nil, nil, false
+  mode_now = nil
 end
