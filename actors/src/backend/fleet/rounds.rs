@@ -1,0 +1,135 @@
+//! Fleet eviction rounds on the backend: the timer that reads the fleet's usage, the check of
+//! the watermark and the landing mark, and one round (take or renew the eviction lease, claim
+//! the policy's victims of the whole fleet, delete them, release the claims, give the lease up
+//! when this node's last round ends).
+//!
+//! Invariants (see [`super`]): a round deletes only what it claimed, so never a key locked on
+//! any node; at most one node holds the lease, and this node gives it up when its last round
+//! ends (`rounds` counts them); nothing is deleted while the index is unreachable.
+
+use actix::fut::wrap_future;
+use actix::prelude::*;
+
+use super::*;
+
+impl BackendActor {
+    /// The timer: reads the fleet's usage (other nodes' stores move it), then checks.
+    pub(in crate::backend) fn fleet_refresh(&mut self, ctx: &mut Context<Self>) {
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        ctx.spawn(
+            wrap_future::<_, Self>(index.send(GetFleetUsage)).map(|res, act, ctx| {
+                if let Ok(Ok(usage)) = res {
+                    // An index that knows nothing while this node holds objects has lost its
+                    // data (or never had it): rebuild it from the listing.
+                    let empty = usage.objects == 0 && act.ledger.len() > 0;
+                    act.fleet_usage(usage, ctx);
+                    let due = act.fleet.as_ref().is_some_and(|l| {
+                        l.last_sync
+                            .is_none_or(|t| t.elapsed() >= EMPTY_INDEX_RESYNC)
+                    });
+                    if empty && due {
+                        act.fleet_sync(ctx);
+                    }
+                }
+            }),
+        );
+    }
+
+    /// Starts a fleet eviction round when usage, as this node last read it, says one is due
+    /// (the objects the index knows reached the watermark, or with the bytes being written
+    /// they reach the landing mark), unless [`MAX_ROUNDS`] of this node's rounds are in
+    /// flight. The round's script decides with the index's figures at that moment, so an
+    /// extra attempt costs one round trip.
+    pub(in crate::backend) fn fleet_check(&mut self, ctx: &mut Context<Self>) {
+        let capacity = self.capacity_bytes;
+        let Some(link) = self.fleet.as_ref() else {
+            return;
+        };
+        let (Some((watermark, _)), Some(usage)) = (link.evict, link.usage.as_ref()) else {
+            return;
+        };
+        // The script decides with the index's figures; this node asks when its last reading
+        // says a round is due (see `FleetRound`).
+        let due = if link.per_salt {
+            usage.by_salt.iter().any(|(salt, &bytes)| {
+                let quota = usage.quotas.get(salt).copied().unwrap_or(0);
+                bytes > 0 && bytes as f64 >= watermark * quota as f64
+            })
+        } else {
+            capacity > 0
+                && (usage.bytes as f64 >= watermark * capacity as f64
+                    || (usage.bytes + usage.pending + link.waiting) as f64
+                        >= link.landing * capacity as f64)
+        };
+        if link.rounds >= MAX_ROUNDS || !due {
+            return;
+        }
+        self.fleet_round(ctx);
+    }
+
+    /// One fleet eviction round: one script reads the fleet's usage (less what rounds in
+    /// flight have claimed), takes or renews the lease and claims the victims
+    /// ([`FleetRound`]); this node deletes them and releases the claims. A round that claimed
+    /// something is followed at once by another attempt, which the script ends when usage is
+    /// under the watermark; the holder's rounds overlap (up to [`MAX_ROUNDS`]) when stores
+    /// outrun one round's deletes, and the lease is given up when the last one ends (so the
+    /// next round runs on whichever node finds the bucket full first).
+    pub(in crate::backend) fn fleet_round(&mut self, ctx: &mut Context<Self>) {
+        let (capacity, adapter) = (self.capacity_bytes, self.index);
+        let Some(index) = self.fleet_index() else {
+            return;
+        };
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        let Some((watermark, ratio)) = link.evict else {
+            return;
+        };
+        link.rounds += 1;
+        let me = ctx.address();
+        let msg = FleetRound {
+            capacity,
+            watermark,
+            ratio,
+            per_salt: link.per_salt,
+            ahead: link.landing,
+            catch_up: link.catch_up,
+            waiting: link.waiting,
+        };
+        let round = async move {
+            let started = std::time::Instant::now();
+            let Ok(Ok(Round::Claimed(victims))) = index.send(msg).await else {
+                return None;
+            };
+            let claimed = victims.len();
+            let removed = me.send(FleetEvict(victims)).await.unwrap_or(0);
+            tracing::debug!(
+                adapter,
+                claimed,
+                removed,
+                ms = started.elapsed().as_millis() as u64,
+                "fleet: eviction round"
+            );
+            Some(claimed)
+        };
+        ctx.spawn(wrap_future::<_, Self>(round).map(|claimed, act, ctx| {
+            let Some(link) = act.fleet.as_mut() else {
+                return;
+            };
+            link.rounds -= 1;
+            link.leased |= claimed.is_some();
+            if claimed.is_some_and(|n| n > 0) {
+                act.fleet_round(ctx);
+            } else if link.rounds == 0 && std::mem::take(&mut link.leased) {
+                if let Some(index) = act.fleet_index() {
+                    ctx.spawn(
+                        wrap_future::<_, Self>(index.send(FleetLeaseRelease(Lease::Evict)))
+                            .map(|_, _, _| ()),
+                    );
+                }
+            }
+        }));
+    }
+}
