@@ -1,5 +1,5 @@
-//! The backend actor's message handlers, and the steps they share (deletes, load results,
-//! corrupt objects).
+//! The backend actor's message handlers, and the load results they share (deletes and
+//! corrupt objects are in `deletes.rs`).
 //!
 //! Each handler changes the actor's state only on the actor's thread: at once, or in the
 //! completion closure of its storage I/O (`BackendActor::respond`). Invariants kept here
@@ -17,10 +17,10 @@ use super::write_queue::StoreBatch;
 use super::{BackendActor, DEFAULT_PAGE_SIZE};
 use crate::buffer::{lend, Homecoming, LoadBuf};
 use crate::fleet::{FleetLock, FleetLockNames};
-use crate::key::{KeyMap, KeySet, ObjectKey};
+use crate::key::{KeySet, ObjectKey};
 use crate::messages::*;
 use crate::metrics::{Op, Started};
-use crate::storage::{BackendError, ErrorKind, Fetched, IoState, Removed};
+use crate::storage::{BackendError, ErrorKind, Fetched, IoState};
 
 impl Handler<Store> for BackendActor {
     type Result = ActorResponse<Self, StoreReport>;
@@ -567,139 +567,6 @@ impl Handler<SubscribeUsage> for BackendActor {
 }
 
 impl BackendActor {
-    /// Marks `keys` as being deleted, removes them, and replies with the keys removed.
-    /// Once the storage has answered, the stores waiting for these keys start.
-    pub(super) fn start_delete<R: 'static>(
-        &mut self,
-        keys: Vec<ObjectKey>,
-        cause: DeleteCause,
-        ctx: &mut Context<Self>,
-        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
-    ) -> ActorResponse<Self, R> {
-        if keys.is_empty() {
-            return ActorResponse::reply(reply(Vec::new()));
-        }
-        let Some(index) = self.fleet_index() else {
-            return self.delete_claimed(keys, KeyMap::default(), cause, ctx, reply);
-        };
-        for k in &keys {
-            self.deleting.insert(k.clone());
-        }
-        self.probes.deleting(keys.iter());
-        // Fleet mode: only the keys the index lets this node delete (see fleet.rs).
-        ActorResponse::r#async(self.fleet_claim(index, keys, move |go, refused, act, ctx| {
-            for k in &refused {
-                act.deleting.remove(k);
-            }
-            act.start_waiting(refused, ctx);
-            if go.is_empty() {
-                return Box::pin(actix::fut::ready(reply(Vec::new())));
-            }
-            let (io, done) = act.remove_keys(go, KeyMap::default(), cause, reply);
-            act.respond_later(io, ctx, done)
-        }))
-    }
-
-    /// Marks `keys` as being deleted and removes them, with no claim (without a fleet, or keys
-    /// a fleet round has claimed already). `index_sizes`: sizes the fleet index gave for keys
-    /// it knew, so that an object this node did not store counts as removed with its size when
-    /// the store cannot say whether it existed.
-    pub(super) fn delete_claimed<R: 'static>(
-        &mut self,
-        keys: Vec<ObjectKey>,
-        index_sizes: KeyMap<u64>,
-        cause: DeleteCause,
-        ctx: &mut Context<Self>,
-        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
-    ) -> ActorResponse<Self, R> {
-        for k in &keys {
-            self.deleting.insert(k.clone());
-        }
-        self.probes.deleting(keys.iter());
-        let (io, done) = self.remove_keys(keys, index_sizes, cause, reply);
-        self.respond(io, ctx, done)
-    }
-
-    /// Removes `keys` (already marked as being deleted) from the storage; the step applies the
-    /// results, releases fleet claims, and starts the stores waiting for these keys.
-    #[allow(clippy::type_complexity)]
-    fn remove_keys<R: 'static>(
-        &mut self,
-        keys: Vec<ObjectKey>,
-        index_sizes: KeyMap<u64>,
-        cause: DeleteCause,
-        reply: impl FnOnce(Vec<(ObjectKey, u64)>) -> R + 'static,
-    ) -> (
-        crate::storage::Io<Vec<Result<Removed, BackendError>>>,
-        impl FnOnce(Vec<Result<Removed, BackendError>>, &mut Self, &mut Context<Self>) -> R + 'static,
-    ) {
-        let started = self.begin(Op::Delete, keys.len(), 0);
-        let io = self.storage.remove(keys.clone());
-        (
-            io,
-            move |results: Vec<Result<Removed, BackendError>>,
-                  act: &mut Self,
-                  ctx: &mut Context<Self>| {
-                if act.fleet.is_some() {
-                    let (gone, kept): (Vec<_>, Vec<_>) =
-                        keys.iter().zip(&results).partition(|(_, r)| r.is_ok());
-                    let gone = gone.into_iter().map(|(k, _)| k.clone()).collect();
-                    let kept = kept.into_iter().map(|(k, _)| k.clone()).collect();
-                    act.fleet_release(gone, kept, cause, ctx);
-                }
-                let removed = act.finish_delete(keys.clone(), results, &index_sizes, cause);
-                started.outcome(removed.len(), 0);
-                act.metrics.deleted(removed.len());
-                act.metrics.finish(started);
-                act.start_waiting(keys, ctx);
-                reply(removed)
-            },
-        )
-    }
-
-    pub(super) fn finish_delete(
-        &mut self,
-        keys: Vec<ObjectKey>,
-        results: Vec<Result<Removed, BackendError>>,
-        index_sizes: &KeyMap<u64>,
-        cause: DeleteCause,
-    ) -> Vec<(ObjectKey, u64)> {
-        let mut removed = Vec::new();
-        let mut gone = Vec::new();
-        let mut gone_sizes = Vec::new();
-        for (key, res) in keys.into_iter().zip(results) {
-            self.deleting.remove(&key);
-            let indexed = index_sizes.get(&key).copied();
-            let known = self.ledger.contains(&key) || indexed.is_some();
-            let ours = match res {
-                Ok(Removed::Yes) => true,
-                Ok(Removed::Unknown) => known,
-                Ok(Removed::Absent) => false,
-                Err(e) => {
-                    self.metrics.failed(Op::Delete, e.kind(), 1);
-                    tracing::warn!(error = %self.context(&e), key = %key, "delete failed");
-                    continue;
-                }
-            };
-            let size = self.ledger.remove(&key);
-            if let Some(size) = size {
-                gone.push(key.clone());
-                gone_sizes.push(size);
-            }
-            if ours {
-                removed.push((key, size.or(indexed).unwrap_or(0)));
-            }
-        }
-        if !gone.is_empty() {
-            self.publish(UsageEventKind::Deleted {
-                keys: gone,
-                sizes: gone_sizes,
-                cause,
-            });
-        }
-        removed
-    }
-
     /// Applies a load's results: hits, and keys found absent (removed behind our back) leave
     /// the ledger.
     pub(super) fn finish_load(
@@ -778,22 +645,6 @@ impl BackendActor {
             });
         }
         (hits, misses)
-    }
-
-    /// Deletes corrupt objects: the unlocked ones now (through a [`Delete`] to this actor,
-    /// which skips busy keys), the locked ones at their last unlock (see the module docs).
-    pub(super) fn remove_corrupt(&mut self, keys: Vec<ObjectKey>, ctx: &mut Context<Self>) {
-        let mut now = Vec::new();
-        for key in keys {
-            if self.locks.contains_key(&key) {
-                self.corrupt.insert(key);
-            } else {
-                now.push(key);
-            }
-        }
-        if !now.is_empty() {
-            ctx.address().do_send(RemoveCorrupt { keys: now });
-        }
     }
 }
 

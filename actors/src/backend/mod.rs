@@ -52,6 +52,7 @@
 //! usage and eviction through the fleet index), `handlers.rs` (the messages); this file
 //! holds the actor's state and the steps every handler uses.
 
+mod deletes;
 mod fleet;
 mod handlers;
 mod ledger;
