@@ -250,7 +250,7 @@ impl LoadReport {
 
     /// Every key missed: the buffers go back as they came. The one way to answer a load that
     /// could not be served.
-    pub fn missed(keys: usize, buffers: Vec<LoadBuf>) -> Self {
+    pub(crate) fn missed(keys: usize, buffers: Vec<LoadBuf>) -> Self {
         Self {
             hits: Bitmap::zeros(keys),
             buffers,

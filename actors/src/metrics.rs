@@ -449,7 +449,7 @@ impl Started {
 
     /// Records the outcome in the span: keys that succeeded (stored, hit, loaded, removed)
     /// and keys that failed or missed.
-    pub fn outcome(&self, ok: usize, failed: usize) {
+    pub(crate) fn outcome(&self, ok: usize, failed: usize) {
         self.span.record("ok", ok);
         self.span.record("failed", failed);
     }
@@ -553,14 +553,14 @@ impl AdapterMetrics {
     }
 
     /// A lookup's hits.
-    pub fn lookup_hits(&self, keys: usize) {
+    pub(crate) fn lookup_hits(&self, keys: usize) {
         if let Some(h) = &self.0 {
             h.lookup_hit_keys.inc_by(keys as u64);
         }
     }
 
     /// A load's outcome: keys and bytes loaded, keys missed.
-    pub fn loaded(&self, keys: usize, bytes: u64, missed: usize) {
+    pub(crate) fn loaded(&self, keys: usize, bytes: u64, missed: usize) {
         if let Some(h) = &self.0 {
             h.loaded_keys.inc_by(keys as u64);
             h.loaded_bytes.inc_by(bytes);
@@ -569,14 +569,14 @@ impl AdapterMetrics {
     }
 
     /// Keys a delete or an eviction removed.
-    pub fn deleted(&self, keys: usize) {
+    pub(crate) fn deleted(&self, keys: usize) {
         if let Some(h) = &self.0 {
             h.deleted_keys.inc_by(keys as u64);
         }
     }
 
     /// An eviction round removed `keys` keys of `bytes` bytes.
-    pub fn evicted(&self, keys: usize, bytes: u64) {
+    pub(crate) fn evicted(&self, keys: usize, bytes: u64) {
         if let Some(h) = &self.0 {
             h.eviction_rounds.inc();
             h.evicted_keys.inc_by(keys as u64);
@@ -585,7 +585,7 @@ impl AdapterMetrics {
     }
 
     /// `n` objects were found corrupt (a checksum mismatch on a load or a scrub).
-    pub fn corrupt(&self, n: usize) {
+    pub(crate) fn corrupt(&self, n: usize) {
         if let Some(h) = &self.0 {
             h.corrupt_objects.inc_by(n as u64);
         }

@@ -151,7 +151,7 @@ impl PolicyState {
     }
 
     /// Every tracked key in eviction order.
-    pub fn order(&self) -> Vec<ObjectKey> {
+    pub(crate) fn order(&self) -> Vec<ObjectKey> {
         self.policy.victims().cloned().collect()
     }
 

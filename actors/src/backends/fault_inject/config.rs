@@ -37,7 +37,7 @@ pub struct PerOp<T> {
 
 impl<T: Copy> PerOp<T> {
     /// The values with their operation names, in `OPS` order.
-    pub fn named(&self) -> [(&'static str, T); 5] {
+    pub(crate) fn named(&self) -> [(&'static str, T); 5] {
         [
             ("put", self.put),
             ("head", self.head),

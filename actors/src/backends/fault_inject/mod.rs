@@ -79,7 +79,7 @@ pub struct FaultCounters {
 impl FaultCounters {
     /// Faults injected in total (errors, partial-batch failures, dropped replies and corrupted
     /// sizes; delays are not counted).
-    pub fn total(&self) -> u64 {
+    pub(crate) fn total(&self) -> u64 {
         [
             self.errors,
             self.nth_item_failures,

@@ -33,7 +33,7 @@ use crate::storage::{status_kind, BackendError, ErrorKind, Fetched};
 /// Most paths per `paths-info` request and lines per `batch` request.
 pub const MAX_PER_REQUEST: usize = 1000;
 /// Longest a single attempt may take (body included), unless the request's deadline is nearer.
-pub const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
+pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// One attempt of a Hub request: the client's agent, with the attempt's timeout applied to
 /// every request built through it.
@@ -85,7 +85,7 @@ impl Attempt<'_> {
 
 /// One entry of a listing or `paths-info` reply.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// `file` or `directory`.
     #[serde(rename = "type")]
     pub kind: String,
@@ -144,12 +144,12 @@ pub struct XetToken {
 
 impl XetToken {
     /// The `Authorization` header value of CAS requests.
-    pub fn bearer(&self) -> String {
+    pub(crate) fn bearer(&self) -> String {
         format!("Bearer {}", self.access_token.expose())
     }
 
     /// Whether the token is still valid `secs` seconds after `now` (seconds since the epoch).
-    pub fn lasts(&self, now: u64, secs: u64) -> bool {
+    pub(crate) fn lasts(&self, now: u64, secs: u64) -> bool {
         self.exp > now.saturating_add(secs)
     }
 }
@@ -235,13 +235,13 @@ impl HubClient {
     }
 
     /// The same client with the total deadline of a request (`retry_timeout_secs`).
-    pub fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
+    pub(crate) fn with_retry_timeout(mut self, retry_timeout: Duration) -> Self {
         self.policy = self.policy.with_retry_timeout(retry_timeout);
         self
     }
 
     /// Counts this client's requests (by route: the operation name) and retries in `metrics`.
-    pub fn set_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
+    pub(crate) fn set_metrics(&mut self, metrics: crate::metrics::AdapterMetrics) {
         self.metrics = metrics;
     }
 
@@ -324,7 +324,7 @@ impl HubClient {
     }
 
     /// Whether the bucket exists.
-    pub fn bucket_exists(&self) -> Result<bool, BackendError> {
+    pub(crate) fn bucket_exists(&self) -> Result<bool, BackendError> {
         let r = self.call("bucket info", |a| self.auth(a.get(self.api(""))).call())?;
         match r.status().as_u16() {
             404 => Ok(false),
@@ -334,7 +334,7 @@ impl HubClient {
     }
 
     /// Creates the bucket; an existing bucket (409) is fine.
-    pub fn create_bucket(&self) -> Result<(), BackendError> {
+    pub(crate) fn create_bucket(&self) -> Result<(), BackendError> {
         let r = self.call("create bucket", |a| {
             self.auth(a.post(self.api(""))).send_json(json!({}))
         })?;
@@ -346,7 +346,10 @@ impl HubClient {
     }
 
     /// Sizes of the files among `paths` (missing paths are absent from the map).
-    pub fn paths_info(&self, paths: &[String]) -> Result<HashMap<String, u64>, BackendError> {
+    pub(crate) fn paths_info(
+        &self,
+        paths: &[String],
+    ) -> Result<HashMap<String, u64>, BackendError> {
         Ok(self
             .paths_meta(paths)?
             .into_iter()
@@ -375,7 +378,7 @@ impl HubClient {
     }
 
     /// Every file under the handle's prefix (all pages).
-    pub fn tree(&self) -> Result<Vec<Entry>, BackendError> {
+    pub(crate) fn tree(&self) -> Result<Vec<Entry>, BackendError> {
         let mut url = match &self.handle.prefix {
             Some(p) => self.api(&format!("/tree/{}?recursive=true", hf_encode(p))),
             None => self.api("/tree?recursive=true"),
@@ -427,12 +430,12 @@ impl HubClient {
     }
 
     /// The URL of the write-token route (for Xet's token refresher).
-    pub fn xet_write_token_url(&self) -> String {
+    pub(crate) fn xet_write_token_url(&self) -> String {
         self.api("/xet-write-token")
     }
 
     /// A Xet read token for this bucket.
-    pub fn xet_read_token(&self) -> Result<XetToken, BackendError> {
+    pub(crate) fn xet_read_token(&self) -> Result<XetToken, BackendError> {
         let r = self.call("xet-read-token", |a| {
             self.auth(a.get(self.api("/xet-read-token"))).call()
         })?;
@@ -440,12 +443,12 @@ impl HubClient {
     }
 
     /// The URL of the read-token route (for Xet's token refresher).
-    pub fn xet_read_token_url(&self) -> String {
+    pub(crate) fn xet_read_token_url(&self) -> String {
         self.api("/xet-read-token")
     }
 
     /// The `Authorization` header value, if there is a token.
-    pub fn bearer(&self) -> Option<String> {
+    pub(crate) fn bearer(&self) -> Option<String> {
         self.token
             .as_ref()
             .map(|t| format!("Bearer {}", t.expose()))
@@ -502,7 +505,7 @@ impl HubClient {
 impl HubClient {
     /// The reconstruction of the Xet file `hash` (`GET {cas}/v1/reconstructions/{hash}` with
     /// the CAS token `token`, under the Hub's retry policy): its terms and where to fetch them.
-    pub fn xet_reconstruction(
+    pub(crate) fn xet_reconstruction(
         &self,
         token: &XetToken,
         hash: &str,
@@ -520,7 +523,7 @@ impl HubClient {
     /// Fetches the byte range `range` of a xorb from `url` (a URL the CAS handed out, which
     /// carries its own authorisation), under the Hub's retry policy. The answer is 206, or 200
     /// with exactly the range's length; anything else is an error.
-    pub fn xet_range(
+    pub(crate) fn xet_range(
         &self,
         url: &str,
         range: &HttpRange,
@@ -543,7 +546,7 @@ impl HubClient {
 
 /// What the CAS answered a xorb upload-grant request.
 #[derive(Debug)]
-pub enum GrantAnswer {
+pub(crate) enum GrantAnswer {
     /// Upload the xorb as this grant says, then commit it.
     Granted(XorbUploadGrant),
     /// The CAS holds the xorb already.
@@ -593,7 +596,7 @@ impl HubClient {
 
     /// Asks the CAS of `token` for a grant to upload the xorb `key` (`prefix/hash`) of
     /// `length` serialized bytes with CRC-64/NVME `crc` (`POST {cas}/v1/xorb-grants/{key}`).
-    pub fn xet_xorb_grant(
+    pub(crate) fn xet_xorb_grant(
         &self,
         token: &XetToken,
         key: &str,
@@ -623,7 +626,7 @@ impl HubClient {
     /// Uploads a xorb's serialized `pieces` as `grant` says: its method and URL, exactly its
     /// headers, no CAS credentials. `Ok(true)`: stored (a 412 means an earlier attempt stored
     /// it); `Ok(false)`: the grant was refused (400, 403, 409), ask for a new one.
-    pub fn xet_grant_upload(
+    pub(crate) fn xet_grant_upload(
         &self,
         grant: &XorbUploadGrant,
         pieces: &[Bytes],
@@ -656,7 +659,7 @@ impl HubClient {
     /// Commits the xorb `key` uploaded through grant `grant_id`
     /// (`POST {cas}/v1/xorb-commits/{key}/grant/{id}`). `Ok(false)`: the CAS found no upload
     /// for the grant.
-    pub fn xet_xorb_commit(
+    pub(crate) fn xet_xorb_commit(
         &self,
         token: &XetToken,
         key: &str,
@@ -686,7 +689,7 @@ impl HubClient {
 
     /// Posts a xorb's serialized `pieces` to the CAS itself (`POST {cas}/v1/xorbs/{key}`), for
     /// a CAS that offers no grants.
-    pub fn xet_post_xorb(
+    pub(crate) fn xet_post_xorb(
         &self,
         token: &XetToken,
         key: &str,
@@ -698,7 +701,11 @@ impl HubClient {
     }
 
     /// Posts a shard to the CAS (`POST {cas}/v1/shards`), after all its xorbs.
-    pub fn xet_post_shard(&self, token: &XetToken, shard: Bytes) -> Result<(), BackendError> {
+    pub(crate) fn xet_post_shard(
+        &self,
+        token: &XetToken,
+        shard: Bytes,
+    ) -> Result<(), BackendError> {
         const OP: &str = "xet-post-shard";
         let url = Self::cas(token, "/v1/shards");
         self.xet_post(OP, token, &url, &[shard])

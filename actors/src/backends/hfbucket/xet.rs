@@ -125,14 +125,14 @@ impl XetReader {
 
     /// The same reader, checking (on the direct path) that every load hashes to its Xet hash
     /// (`xet_verify_loads`); see `cas::read_direct`.
-    pub fn with_verify(mut self, verify: bool) -> Self {
+    pub(crate) fn with_verify(mut self, verify: bool) -> Self {
         self.verify = verify;
         self
     }
 
     /// Whether the reader can serve loads started at `now` (seconds since the epoch): a direct
     /// reader's token must have a minute left; the hf-xet path refreshes its own.
-    pub fn fresh(&self, now: u64) -> bool {
+    pub(crate) fn fresh(&self, now: u64) -> bool {
         match &self.path {
             ReadPath::Direct(token) => token.lasts(now, TOKEN_MARGIN),
             ReadPath::Stream { .. } => true,
@@ -241,7 +241,7 @@ impl WriteSettings {
     /// the commit its reserve, so that the commit needs no refresher; a Hub whose tokens live
     /// no longer than the reserve would make that impossible, and then the fixed 60-second margin
     /// is enough (the commit carries a refresher).
-    pub fn token_usable(&self, token: &XetToken, now: u64) -> bool {
+    pub(crate) fn token_usable(&self, token: &XetToken, now: u64) -> bool {
         let lifetime = token.exp.saturating_sub(token.fetched);
         let need = if self.token_reserve > 0 && lifetime > self.token_reserve {
             self.token_reserve.max(TOKEN_MARGIN)
@@ -253,7 +253,7 @@ impl WriteSettings {
 
     /// Whether a commit started at `now` with `token` needs Xet's token refresher: when the
     /// token has less than the reserve left, or the reserve is 0.
-    pub fn needs_refresher(&self, token: &XetToken, now: u64) -> bool {
+    pub(crate) fn needs_refresher(&self, token: &XetToken, now: u64) -> bool {
         self.token_reserve == 0 || !token.lasts(now, self.token_reserve)
     }
 }
