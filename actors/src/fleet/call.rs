@@ -58,16 +58,12 @@ impl Call {
                 .ignore();
         }
         pipe.add_command(self.fcall(func, &args));
-        let mut again = true;
-        loop {
-            match pipe.query_async::<(Value,)>(conn).await {
-                Ok((v,)) => return Ok(v),
-                Err(e) if again && e.to_string().contains("Function not found") => {
-                    again = false;
-                    load_library(conn, &self.scripts).await;
-                }
-                Err(e) => return Err(e),
+        match pipe.query_async::<(Value,)>(conn).await {
+            Err(e) if e.to_string().contains("Function not found") => {
+                load_library(conn, &self.scripts).await;
+                pipe.query_async::<(Value,)>(conn).await.map(|(v,)| v)
             }
+            res => res.map(|(v,)| v),
         }
     }
 

@@ -211,11 +211,7 @@ impl FleetIndex {
             let reason = self.status.reason.clone().unwrap_or_default();
             return Box::pin(ready(Err(FleetError::Unreachable(reason))));
         };
-        let unlocks = (!self.unlocks.is_empty()).then(|| {
-            let mut a = vec![self.config.node.clone()];
-            a.append(&mut self.unlocks);
-            a
-        });
+        let unlocks = self.queued_unlocks();
         let call = Call {
             scripts: self.scripts.clone(),
             key: self.usage_key.clone(),
@@ -234,12 +230,19 @@ impl FleetIndex {
     /// Sends the queued unlocks now, if any are left.
     fn flush_unlocks(&mut self, ctx: &mut Context<Self>) {
         self.flush_due = false;
-        if self.unlocks.is_empty() {
-            return;
+        if let Some(args) = self.queued_unlocks() {
+            ctx.spawn(self.run(|s| &s.unlock, args, |_| Ok(())).map(|_, _, _| ()));
         }
-        let mut args = vec![self.config.node.clone()];
-        args.append(&mut self.unlocks);
-        ctx.spawn(self.run(|s| &s.unlock, args, |_| Ok(())).map(|_, _, _| ()));
+    }
+
+    /// The unlock script's arguments for the queued unlocks (this node, then the names),
+    /// taken off the queue; `None` when it is empty.
+    fn queued_unlocks(&mut self) -> Option<Vec<String>> {
+        (!self.unlocks.is_empty()).then(|| {
+            let mut args = vec![self.config.node.clone()];
+            args.append(&mut self.unlocks);
+            args
+        })
     }
 
     /// Classifies a failed request: a connection that broke or timed out leaves the node alone
@@ -570,8 +573,9 @@ impl Handler<FleetUnlock> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<(), FleetError>>;
 
     fn handle(&mut self, msg: FleetUnlock, _: &mut Self::Context) -> Self::Result {
-        let mut args = vec![self.config.node.clone()];
-        args.append(&mut self.unlocks);
+        let mut args = self
+            .queued_unlocks()
+            .unwrap_or_else(|| vec![self.config.node.clone()]);
         args.extend(msg.0);
         self.run(|s| &s.unlock, args, |_| Ok(()))
     }

@@ -231,11 +231,9 @@ async fn a_listing_adds_what_the_index_lacks_and_forgets_what_it_did_not_see() {
 
 /// The server's `INFO commandstats`, as `cmdstat_NAME` → calls.
 fn calls(redis: &RedisServer) -> std::collections::HashMap<String, u64> {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
     let info: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query(&mut conn)
+        .query(&mut plain(redis))
         .unwrap();
     info.lines()
         .filter_map(|l| {
@@ -244,16 +242,6 @@ fn calls(redis: &RedisServer) -> std::collections::HashMap<String, u64> {
             Some((name.to_string(), n))
         })
         .collect()
-}
-
-/// A plain command on the server, from a plain client.
-fn admin(redis: &RedisServer, args: &[&str]) {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let _: redis::Value = redis::cmd(args[0])
-        .arg(&args[1..])
-        .query(&mut conn)
-        .unwrap();
 }
 
 #[actix_rt::test]

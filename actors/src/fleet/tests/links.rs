@@ -5,16 +5,10 @@ use super::*;
 
 /// Cuts every client connection of the server (as a network blip would), from a plain client.
 fn cut_connections(redis: &RedisServer) {
-    let client = redis::Client::open(redis.url()).unwrap();
-    let mut conn = client.get_connection().unwrap();
-    let _: redis::Value = redis::cmd("CLIENT")
-        .arg("KILL")
-        .arg("TYPE")
-        .arg("normal")
-        .arg("SKIPME")
-        .arg("yes")
-        .query(&mut conn)
-        .unwrap();
+    admin(
+        redis,
+        &["CLIENT", "KILL", "TYPE", "normal", "SKIPME", "yes"],
+    );
 }
 
 #[actix_rt::test]

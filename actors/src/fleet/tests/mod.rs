@@ -75,6 +75,20 @@ impl RedisServer {
     }
 }
 
+/// A plain client's connection to the server, for what a test asks or does outside the nodes.
+fn plain(redis: &RedisServer) -> redis::Connection {
+    let client = redis::Client::open(redis.url()).unwrap();
+    client.get_connection().unwrap()
+}
+
+/// A plain command on the server, from a plain client.
+fn admin(redis: &RedisServer, args: &[&str]) {
+    let _: redis::Value = redis::cmd(args[0])
+        .arg(&args[1..])
+        .query(&mut plain(redis))
+        .unwrap();
+}
+
 impl Drop for RedisServer {
     fn drop(&mut self) {
         let _ = self.child.kill();
