@@ -41,7 +41,7 @@ if [ ! -x "$GARAGE_ROOT/bin/garage" ]; then
 fi
 export KVTIER_GARAGE_BIN="$GARAGE_ROOT/bin/garage"
 
-# redis-server: the fleet index's tests start it on 127.0.0.1 (actors/src/fleet/tests.rs).
+# redis-server: the fleet index's tests start it on 127.0.0.1 (actors/src/fleet/tests/).
 # Debian's package; KVTIER_REDIS_SERVER names another binary.
 if [ -z "${KVTIER_REDIS_SERVER:-}" ] && ! command -v redis-server >/dev/null 2>&1; then
     step "install redis-server (Debian's package, once)"

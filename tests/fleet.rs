@@ -151,6 +151,45 @@ async fn two_nodes_on_one_bucket_share_one_capacity() {
     b.close().await;
 }
 
+/// The same two nodes with the bucket's index split over three hash tags (`fleet.shards`):
+/// one usage for both, each tag evicting against its third of the capacity, so the bucket is
+/// brought under the watermark and never holds more than the capacity.
+#[actix_rt::test]
+async fn two_nodes_on_a_bucket_split_over_three_tags_share_one_capacity() {
+    let redis = RedisServer::start();
+    let dir = tempfile::tempdir().unwrap();
+    let mut nodes = Vec::new();
+    for id in ["a", "b"] {
+        let mut config = node_config(dir.path(), None, id, CAPACITY);
+        config = config.fleet(FleetConfig::new(redis.url()).node_id(id).shards(3));
+        nodes.push(started(&config).await);
+    }
+    store(&nodes[0], 0..60).await;
+    store(&nodes[1], 1000..1060).await;
+    let watermark = (CAPACITY as f64 * 0.8) as u64;
+    until("the fleet is under its watermark", || async {
+        nodes[1].usage().await.unwrap().adapters[0].used_bytes < watermark
+    })
+    .await;
+    assert!(
+        bucket_bytes(dir.path()) <= CAPACITY,
+        "bucket {} > capacity {CAPACITY}",
+        bucket_bytes(dir.path())
+    );
+    // Every tag holds a part of the bucket's objects.
+    let objects = redis.hash_fields("kvtier:*:usage", "objects");
+    assert_eq!(objects.len(), 3, "{objects:?}");
+    assert!(
+        objects
+            .iter()
+            .all(|o| o.as_deref().and_then(|v| v.parse::<u64>().ok()) > Some(0)),
+        "{objects:?}"
+    );
+    for n in nodes {
+        n.close().await;
+    }
+}
+
 /// Bytes of `tier`'s writes waiting for room in the full bucket, as its status says.
 async fn waiting(tier: &Tier) -> u64 {
     let s = tier.status().await.unwrap();
@@ -523,6 +562,7 @@ fn fleet_is_configured_like_the_rest() {
         ("KVTIER_FLEET__LISTING_INTERVAL_SECS", "0"),
         ("KVTIER_FLEET__LANDING_MARK", "0.95"),
         ("KVTIER_FLEET__WRITE_WAIT_MS", "0"),
+        ("KVTIER_FLEET__SHARDS", "4"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
     let config =
@@ -532,9 +572,14 @@ fn fleet_is_configured_like_the_rest() {
     assert_eq!(fleet.listing_interval_secs, 0, "the environment wins");
     assert_eq!(fleet.landing_mark, Some(0.95));
     assert_eq!(fleet.write_wait_ms, 0, "writes do not wait");
+    assert_eq!(fleet.shards, 4);
     let default = FleetConfig::new("redis://h");
     assert_eq!(default.landing_mark, None, "default: from the wait");
     assert_eq!(default.write_wait_ms, 2000);
+    assert_eq!(default.shards, 1, "default: one hash tag");
+    std::fs::write(&file, "[fleet]\nindex = \"redis://h\"\nshards = 0\n").unwrap();
+    let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
+    assert!(err.to_string().contains("fleet.shards"), "{err}");
 
     std::fs::write(
         &file,

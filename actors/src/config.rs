@@ -220,6 +220,18 @@ pub struct FleetConfig {
     /// `IsolatedLRU`, whose limits are per salt).
     #[serde(default = "default_write_wait")]
     pub write_wait_ms: u64,
+    /// Hash tags a bucket's index is split over, 1 to 1,024 (default 1: one tag, exact). With
+    /// more, each object's index entry lives on the tag its name hashes to, so a Redis or
+    /// Valkey cluster spreads one bucket over its masters; each tag then holds its own slice
+    /// of the capacity (capacity / shards), its own recency order and eviction lease. Every
+    /// node on one bucket must give the same count: the index records it at the first join
+    /// and refuses a node that gives another (docs/fleet.md, "One bucket over many shards").
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+}
+
+fn default_shards() -> u32 {
+    1
 }
 
 fn default_listing_interval() -> u64 {
@@ -239,7 +251,15 @@ impl FleetConfig {
             listing_interval_secs: default_listing_interval(),
             landing_mark: None,
             write_wait_ms: default_write_wait(),
+            shards: default_shards(),
         }
+    }
+
+    /// Sets the hash tags the bucket's index is split over (see [`FleetConfig::shards`]).
+    #[must_use]
+    pub fn shards(mut self, shards: u32) -> Self {
+        self.shards = shards;
+        self
     }
 
     /// Sets the longest a write waits for room in a full bucket (see

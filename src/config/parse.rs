@@ -40,8 +40,17 @@ pub(super) fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
             return Err(err("landing_mark", format!("must be in (0, 1], got {m}")));
         }
     }
+    if !(1..=MAX_SHARDS).contains(&fleet.shards) {
+        return Err(err(
+            "shards",
+            format!("must be 1 to {MAX_SHARDS}, got {}", fleet.shards),
+        ));
+    }
     Ok(fleet)
 }
+
+/// The most hash tags one bucket's index may be split over.
+const MAX_SHARDS: u32 = 1024;
 
 /// Splits `fleet` off one adapter's JSON text: the LMCache plugin's `adapter_params.fleet`
 /// (`{"index": "redis://…", "node_id": "…"}`), which is the process's fleet, not an adapter

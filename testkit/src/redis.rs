@@ -105,6 +105,23 @@ impl RedisServer {
         redis::cmd("GET").arg(key).query(&mut conn).unwrap()
     }
 
+    /// `field` of every hash whose key matches `pattern` (`KEYS`, then `HGET`; an absent
+    /// field is `None`).
+    pub fn hash_fields(&self, pattern: &str, field: &str) -> Vec<Option<String>> {
+        let client = redis::Client::open(self.url()).unwrap();
+        let mut conn = client.get_connection().unwrap();
+        let keys: Vec<String> = redis::cmd("KEYS").arg(pattern).query(&mut conn).unwrap();
+        keys.iter()
+            .map(|k| {
+                redis::cmd("HGET")
+                    .arg(k)
+                    .arg(field)
+                    .query(&mut conn)
+                    .unwrap()
+            })
+            .collect()
+    }
+
     /// Its `redis://` URL.
     pub fn url(&self) -> String {
         format!("redis://127.0.0.1:{}/0", self.port)

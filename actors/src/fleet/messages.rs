@@ -39,6 +39,11 @@ pub(crate) struct FleetUsage {
     pub(crate) pending: u64,
     /// The fleet's `IsolatedLRU` quotas: salt → limit in bytes.
     pub(crate) quotas: BTreeMap<String, u64>,
+    /// With the bucket split over `S` hash tags ([`FleetShards`](super::FleetShards)): `S` ×
+    /// the fullest tag's stored bytes, and `S` × its stored plus pending bytes. Each tag
+    /// evicts against `capacity / S`, so these (not the totals) say when a round is due;
+    /// `None` with one tag.
+    pub(crate) fullest: Option<(u64, u64)>,
 }
 
 /// Why the fleet index did not answer.

@@ -48,6 +48,7 @@
 mod call;
 mod messages;
 mod scripts;
+mod shards;
 #[cfg(test)]
 mod tests;
 
@@ -63,6 +64,7 @@ use crate::config::Secret;
 use call::{load_library, Call};
 pub use messages::*;
 use scripts::{Func, Scripts};
+pub(crate) use shards::{FleetShards, Standing};
 
 /// The longest an unlock queued by [`FleetUnlockSoon`] waits for a call to ride with.
 pub(crate) const UNLOCK_FLUSH: Duration = Duration::from_millis(10);
@@ -92,6 +94,10 @@ pub(crate) struct IndexConfig {
     /// The eviction order this node gives the index at each join (the last evicting node to
     /// join decides the fleet's); `None` for a node that does not evict, which leaves it.
     pub(crate) order: Option<FleetOrder>,
+    /// `Some(S)` on the bucket's first hash tag: the tags its index is split over, which the
+    /// join checks against the count the index recorded (and records at a first join);
+    /// `None` on its other tags (see [`shards`]).
+    pub(crate) layout: Option<u32>,
 }
 
 /// The order in which a fleet's rounds take victims, one per bucket, kept in the index
@@ -154,6 +160,9 @@ pub(crate) struct FleetIndex {
     /// due after [`UNLOCK_FLUSH`] when `flush_due`.
     unlocks: Vec<String>,
     flush_due: bool,
+    /// Who hears of this actor's standing (joined or not): the [`FleetShards`] router of a
+    /// bucket split over several tags.
+    standing: Option<(Recipient<Standing>, usize)>,
 }
 
 impl FleetIndex {
@@ -196,6 +205,26 @@ impl FleetIndex {
             functions: false,
             unlocks: Vec::new(),
             flush_due: false,
+            standing: None,
+        }
+    }
+
+    /// Reports this actor's standing (joined or not) to `to`, as tag `shard`, whenever it
+    /// changes.
+    pub(crate) fn reporting_to(mut self, to: Recipient<Standing>, shard: usize) -> Self {
+        self.standing = Some((to, shard));
+        self
+    }
+
+    /// Records whether this node is joined, for `status`, the metric and the router.
+    fn set_joined(&mut self, joined: bool) {
+        self.status.joined = joined;
+        self.config.metrics.fleet_joined(joined);
+        if let Some((to, shard)) = &self.standing {
+            to.do_send(Standing {
+                shard: *shard,
+                joined,
+            });
         }
     }
 
@@ -249,10 +278,12 @@ impl FleetIndex {
     /// until the next heartbeat reconnects.
     fn failed(&mut self, e: &RedisError) -> FleetError {
         let reason = e.to_string();
+        // A cluster that moved this tag's slot: reconnect, to the slot's new master.
         if e.is_io_error()
             || e.is_timeout()
             || e.is_connection_dropped()
             || e.is_connection_refusal()
+            || e.redirect_node().is_some()
         {
             self.conn = None;
             self.alone(reason.clone());
@@ -266,9 +297,8 @@ impl FleetIndex {
         if self.status.joined {
             tracing::warn!(node = %self.config.node, %reason, "fleet index unreachable; serving alone");
         }
-        self.status.joined = false;
         self.status.reason = Some(reason);
-        self.config.metrics.fleet_joined(false);
+        self.set_joined(false);
     }
 
     fn ttl_ms(&self) -> String {
@@ -287,7 +317,7 @@ impl FleetIndex {
             ctx.spawn(fut.map(|res, act, ctx| match res {
                 Ok(-1) => {
                     tracing::warn!(node = %act.config.node, "fleet: this node had lapsed; joining again");
-                    act.status.joined = false;
+                    act.set_joined(false);
                     act.join(conn, ctx);
                 }
                 Ok(n) => act.status.nodes = n.max(0) as u64,
@@ -306,11 +336,8 @@ impl FleetIndex {
         let config = AsyncConnectionConfig::new()
             .set_connection_timeout(Some(self.config.timeout))
             .set_response_timeout(Some(self.config.timeout));
-        let connect = async move {
-            client
-                .get_multiplexed_async_connection_with_config(&config)
-                .await
-        };
+        let key = self.usage_key.clone();
+        let connect = async move { connect_owner(client, &key, &config).await };
         ctx.spawn(wrap_future(connect).map(|res, act: &mut Self, ctx| {
             act.connecting = false;
             match res {
@@ -343,6 +370,11 @@ impl FleetIndex {
             .collect();
         let name = client_name(&node);
         let order = self.config.order.map(FleetOrder::wire).unwrap_or_default();
+        let layout = self
+            .config
+            .layout
+            .map(|s| s.to_string())
+            .unwrap_or_default();
         let call = async move {
             // The connection carries the node's name, so `CLIENT LIST` tells the nodes apart
             // (for operators, and for a test that cuts one node off). A server or proxy that
@@ -359,7 +391,7 @@ impl FleetIndex {
                 prefix,
                 functions,
             };
-            let args = vec![node, ttl, fresh.to_string(), order.clone()];
+            let args = vec![node, ttl, fresh.to_string(), order.clone(), layout];
             let args = args.into_iter().chain(quotas).collect();
             let v = call.run(&mut conn, None, |s| &s.join, args).await?;
             let (n, before) = redis::from_redis_value::<(i64, String)>(v)?;
@@ -379,19 +411,76 @@ impl FleetIndex {
                              on one bucket should have one eviction policy"
                         );
                     }
-                    act.status.joined = true;
                     act.status.reason = None;
                     act.status.nodes = n.max(0) as u64;
                     act.status.joins += 1;
-                    act.config.metrics.fleet_joined(true);
+                    act.set_joined(true);
                     tracing::info!(node = %act.config.node, nodes = n, "fleet: joined the index");
                 }
                 Err(e) => {
-                    act.failed(&e);
+                    // A refused join (another shard count, say) leaves the node alone too,
+                    // saying why; the next heartbeat tries again.
+                    if let FleetError::Index(reason) = act.failed(&e) {
+                        act.alone(reason);
+                    }
                 }
             }
         }));
     }
+}
+
+/// Connects to the server that holds `key`: the configured one or, in a Redis or Valkey
+/// cluster, the master its `MOVED` redirect names (followed at most 3 times; a call that
+/// meets another redirect later reconnects the same way).
+async fn connect_owner(
+    mut client: redis::Client,
+    key: &str,
+    config: &AsyncConnectionConfig,
+) -> Result<MultiplexedConnection, RedisError> {
+    let mut hops = 0;
+    loop {
+        let mut conn = client
+            .get_multiplexed_async_connection_with_config(config)
+            .await?;
+        let probe: Result<Value, RedisError> =
+            redis::cmd("EXISTS").arg(key).query_async(&mut conn).await;
+        let Err(e) = probe else {
+            return Ok(conn);
+        };
+        match e
+            .redirect_node()
+            .and_then(|(addr, _)| redirected(&client, addr))
+        {
+            Some(next) if hops < 3 => {
+                hops += 1;
+                client = next;
+            }
+            _ => return Ok(conn),
+        }
+    }
+}
+
+/// `client`'s settings (credentials, TLS, database) at another `host:port`.
+fn redirected(client: &redis::Client, addr: &str) -> Option<redis::Client> {
+    use redis::ConnectionAddr;
+    let (host, port) = addr.rsplit_once(':')?;
+    let (host, port) = (host.to_string(), port.parse().ok()?);
+    let info = client.get_connection_info().clone();
+    let addr = match info.addr() {
+        ConnectionAddr::Tcp(..) => ConnectionAddr::Tcp(host, port),
+        ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: *insecure,
+            tls_params: tls_params.clone(),
+        },
+        _ => return None,
+    };
+    redis::Client::open(info.set_addr(addr)).ok()
 }
 
 impl Actor for FleetIndex {

@@ -1,5 +1,6 @@
 //! The backend actor's side of fleet mode: many processes on one bucket, one
-//! [`FleetIndex`](crate::fleet) per adapter (see that module for the index's invariants).
+//! [`FleetIndex`](crate::fleet) per hash tag of the bucket's index behind one
+//! [`FleetShards`] router per adapter (see those modules for the index's invariants).
 //!
 //! With a fleet, the backend keeps every rule of the module docs locally and adds:
 //! - **Lookups** lock in the index first (one script for the batch). A key another node is
@@ -50,10 +51,11 @@ mod rounds;
 
 /// What the backend keeps for fleet mode.
 pub(super) struct FleetLink {
-    /// The index actor's settings until it starts (in the backend's `started`).
-    pending: Option<IndexConfig>,
-    /// The index actor, on the backend's arbiter.
-    pub(super) index: Option<Addr<FleetIndex>>,
+    /// The index actors' settings until they start (in the backend's `started`), and the
+    /// hash tags the bucket's index is split over (`fleet.shards`).
+    pending: Option<(IndexConfig, u32)>,
+    /// The index's router, on the backend's arbiter.
+    pub(super) index: Option<Addr<FleetShards>>,
     /// This node's index locks per key (one per lookup hit that locked through the index).
     held: KeyMap<u32>,
     /// The fleet's usage as the index last answered.
@@ -97,24 +99,28 @@ impl FleetLink {
         interval: std::time::Duration,
     ) -> Self {
         Self {
-            pending: Some(IndexConfig {
-                url: config.index.clone(),
-                node: config.resolved_node_id(),
-                identity,
-                ttl: DEFAULT_TTL,
-                timeout: std::time::Duration::from_secs(2),
-                metrics: crate::metrics::AdapterMetrics::off(),
-                quotas: eviction.map(|e| e.quotas.clone()).unwrap_or_default(),
-                order: eviction.and_then(|e| match e.eviction_policy {
-                    EvictionPolicy::Flru => Some(FleetOrder::Flru {
-                        bonus: e.flru_bonus(),
-                        adaptive: e.flru_admission != Some(FlruAdmission::Rates),
+            pending: Some((
+                IndexConfig {
+                    url: config.index.clone(),
+                    node: config.resolved_node_id(),
+                    identity,
+                    ttl: DEFAULT_TTL,
+                    timeout: std::time::Duration::from_secs(2),
+                    metrics: crate::metrics::AdapterMetrics::off(),
+                    quotas: eviction.map(|e| e.quotas.clone()).unwrap_or_default(),
+                    order: eviction.and_then(|e| match e.eviction_policy {
+                        EvictionPolicy::Flru => Some(FleetOrder::Flru {
+                            bonus: e.flru_bonus(),
+                            adaptive: e.flru_admission != Some(FlruAdmission::Rates),
+                        }),
+                        EvictionPolicy::Arc => Some(FleetOrder::Arc),
+                        EvictionPolicy::Lru | EvictionPolicy::IsolatedLru => Some(FleetOrder::Lru),
+                        EvictionPolicy::Noop => None,
                     }),
-                    EvictionPolicy::Arc => Some(FleetOrder::Arc),
-                    EvictionPolicy::Lru | EvictionPolicy::IsolatedLru => Some(FleetOrder::Lru),
-                    EvictionPolicy::Noop => None,
-                }),
-            }),
+                    layout: None,
+                },
+                config.shards,
+            )),
             index: None,
             held: KeyMap::default(),
             usage: None,
@@ -272,11 +278,11 @@ impl BackendActor {
         let Some(link) = self.fleet.as_mut() else {
             return;
         };
-        let Some(mut config) = link.pending.take() else {
+        let Some((mut config, shards)) = link.pending.take() else {
             return;
         };
         config.metrics = self.metrics.clone();
-        link.index = Some(FleetIndex::new(config).start());
+        link.index = Some(FleetShards::start(config, shards));
         ctx.run_interval(link.interval, |act, ctx| act.fleet_refresh(ctx));
         if let Some(period) = link.listing {
             ctx.run_interval(period, |act, ctx| act.fleet_sync(ctx));
@@ -341,7 +347,7 @@ impl BackendActor {
     }
 
     /// The index, when this adapter's `IsolatedLRU` quotas are its fleet's.
-    fn fleet_quota_index(&self) -> Option<Addr<FleetIndex>> {
+    fn fleet_quota_index(&self) -> Option<Addr<FleetShards>> {
         self.fleet
             .as_ref()
             .filter(|l| l.per_salt && l.evict.is_some())
@@ -349,7 +355,7 @@ impl BackendActor {
     }
 
     /// The index, when this adapter has a fleet.
-    pub(super) fn fleet_index(&self) -> Option<Addr<FleetIndex>> {
+    pub(super) fn fleet_index(&self) -> Option<Addr<FleetShards>> {
         self.fleet.as_ref().and_then(|f| f.index.clone())
     }
 
@@ -459,7 +465,7 @@ impl BackendActor {
     /// the index answered: alone, stores go on).
     pub(super) fn fleet_written(
         &mut self,
-        index: Addr<FleetIndex>,
+        index: Addr<FleetShards>,
         msg: FleetStored,
         complete: Vec<BatchId>,
         ctx: &mut Context<Self>,
@@ -498,7 +504,7 @@ impl BackendActor {
     /// and made.
     pub(super) fn fleet_write(
         &mut self,
-        index: Addr<FleetIndex>,
+        index: Addr<FleetShards>,
         items: Vec<Item>,
         since: Option<std::time::Instant>,
         ctx: &mut Context<Self>,
@@ -582,7 +588,7 @@ impl BackendActor {
     /// unreachable: nothing is deleted then) and the refused ones.
     pub(super) fn fleet_claim<R: 'static>(
         &mut self,
-        index: Addr<FleetIndex>,
+        index: Addr<FleetShards>,
         keys: Vec<ObjectKey>,
         then: impl FnOnce(
                 Vec<ObjectKey>,

@@ -58,10 +58,14 @@ impl BackendActor {
                 bytes > 0 && bytes as f64 >= watermark * quota as f64
             })
         } else {
+            // With several hash tags, each evicts against its share of the capacity: the
+            // fullest one decides.
+            let (stored, landing) = usage
+                .fullest
+                .unwrap_or((usage.bytes, usage.bytes + usage.pending));
             capacity > 0
-                && (usage.bytes as f64 >= watermark * capacity as f64
-                    || (usage.bytes + usage.pending + link.waiting) as f64
-                        >= link.landing * capacity as f64)
+                && (stored as f64 >= watermark * capacity as f64
+                    || (landing + link.waiting) as f64 >= link.landing * capacity as f64)
         };
         if link.rounds >= MAX_ROUNDS || !due {
             return;

@@ -38,6 +38,8 @@
 //! - `order` (string): the fleet's eviction order (`lru`, `flru:BONUS` or `arc`), written by
 //!   each join; `peak` (integer): the most objects the index has known at once (the
 //!   capacity in objects of `FLRU` and `ARC`).
+//! - `shards` (string, on the bucket's first tag only): the count of hash tags the bucket's
+//!   index is split over, recorded by the first join (see `super::shards`).
 //! - `recency` (sorted set): object name → its eviction score, lowest first: the tick of its
 //!   last store or lookup hit, or under `flru:BONUS` FLRU's priority
 //!   (`2^40 + tick + BONUS × peak × (min(uses, 16) − 1)`, a new object placed by the mode);

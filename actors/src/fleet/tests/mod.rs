@@ -15,6 +15,7 @@ mod links;
 mod model;
 mod orders;
 mod rounds;
+mod shards;
 mod writes;
 
 /// A `redis-server` on 127.0.0.1 with nothing persisted, ended on drop.
@@ -119,6 +120,7 @@ fn config(url: &str, node: &str, ttl: Duration) -> IndexConfig {
         metrics: crate::metrics::AdapterMetrics::off(),
         quotas: Default::default(),
         order: Some(FleetOrder::Lru),
+        layout: Some(1),
     }
 }
 

@@ -7,6 +7,7 @@ use super::*;
 async fn ordered(url: &str, name: &str, order: FleetOrder) -> Addr<FleetIndex> {
     let addr = FleetIndex::new(IndexConfig {
         order: Some(order),
+        layout: Some(1),
         ..config(url, name, DEFAULT_TTL)
     })
     .start();
