@@ -46,15 +46,50 @@ pub(crate) struct Standing {
     pub(crate) joined: bool,
 }
 
-/// The identity of tag `shard` of a bucket split over `shards`: the bucket's own for the
-/// first (so one tag is exactly the index before tags were counted), `IDENTITY#i` for the
-/// others.
-pub(crate) fn shard_identity(identity: &str, shard: usize) -> String {
+/// Slots of a Redis or Valkey cluster.
+const SLOTS: usize = 16384;
+
+/// The cluster slot of `key`, as the server computes it: CRC16 (XMODEM) of its hash tag (what
+/// lies between its first `{` and the next `}`, when not empty), else of the whole key.
+fn key_slot(key: &str) -> usize {
+    let tag = key
+        .split_once('{')
+        .and_then(|(_, rest)| rest.split_once('}'))
+        .map(|(tag, _)| tag)
+        .filter(|tag| !tag.is_empty())
+        .unwrap_or(key);
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc16Xmodem, tag.as_bytes()) as usize % SLOTS
+}
+
+/// The slot of a tag's keys (they share its hash tag; see [`FleetIndex`]'s prefix).
+fn tag_slot(identity: &str) -> usize {
+    key_slot(&format!("kvtier:{{{identity}}}:usage"))
+}
+
+/// The identity of tag `shard` of a bucket split over `shards`, the same on every node.
+/// Tag 0 is the bucket's own (so one tag is exactly the index before tags were counted, and
+/// the count is recorded on the same key whatever it is). The slots are cut into `shards`
+/// equal ranges, as a cluster created with `redis-cli --cluster create` cuts them over its
+/// masters; tag 0 falls in one of them, and tag `i` ≥ 1 takes the `i`-th of the others:
+/// `IDENTITY#i~k`, with the least `k` that puts its slot in the middle half of that range
+/// (away from where two masters' ranges meet). So `shards` equal to the masters of such a
+/// cluster puts one tag on each master.
+pub(crate) fn shard_identity(identity: &str, shard: usize, shards: usize) -> String {
     if shard == 0 {
-        identity.to_string()
-    } else {
-        format!("{identity}#{shard}")
+        return identity.to_string();
     }
+    let start = |r: usize| r * SLOTS / shards;
+    let first = tag_slot(identity) * shards / SLOTS;
+    let range = (0..shards)
+        .filter(|&r| r != first)
+        .nth(shard - 1)
+        .unwrap_or(0);
+    let (lo, hi) = (start(range), start(range + 1));
+    let (lo, hi) = (lo + (hi - lo) / 4, lo + (hi - lo) * 3 / 4);
+    (0..1_000_000)
+        .map(|k| format!("{identity}#{shard}~{k}"))
+        .find(|id| (lo..hi.max(lo + 1)).contains(&tag_slot(id)))
+        .unwrap_or_else(|| format!("{identity}#{shard}"))
 }
 
 /// The tag of a name among `shards`: FNV-1a (64 bits) of its bytes, modulo the count.
@@ -119,7 +154,7 @@ impl FleetShards {
             let shards = (0..n)
                 .map(|i| {
                     let mut c = config.clone();
-                    c.identity = shard_identity(&config.identity, i);
+                    c.identity = shard_identity(&config.identity, i, n);
                     c.layout = (i == 0).then_some(n as u32);
                     for limit in c.quotas.0.values_mut() {
                         *limit = share(*limit, i, n);
@@ -482,15 +517,19 @@ impl Handler<FleetRound> for FleetShards {
             return refuse(e);
         }
         let n = self.n();
-        let msgs = (0..n)
+        let msgs: Vec<Option<FleetRound>> = (0..n)
             .map(|i| {
-                Some(FleetRound {
+                let round = FleetRound {
                     capacity: share(msg.capacity, i, n),
                     waiting: share(msg.waiting, i, n),
                     ..msg
-                })
+                };
+                (n == 1 || self.due(i, &round)).then_some(round)
             })
             .collect();
+        if msgs.iter().all(Option::is_none) {
+            return Box::pin(ready(Ok(Round::Under)));
+        }
         Box::pin(wrap_future(self.ask(msgs)).map(|replies, _, _| {
             // Claimed objects must be deleted and released, whatever the other tags said.
             let (mut claimed, mut any_claim, mut busy, mut err) = (Vec::new(), false, false, None);
@@ -512,6 +551,18 @@ impl Handler<FleetRound> for FleetShards {
                 (false, None) => Ok(Round::Under),
             }
         }))
+    }
+}
+
+impl FleetShards {
+    /// Whether tag `i`'s last usage says its `round` may be due (as the backend's check does
+    /// for the bucket): a tag under both marks is not asked, so a round costs a call only on
+    /// the tags that fill up. `IsolatedLRU` rounds (per salt) go to every tag.
+    fn due(&self, i: usize, round: &FleetRound) -> bool {
+        let (u, cap) = (&self.last[i], round.capacity as f64);
+        round.per_salt
+            || u.bytes as f64 >= round.watermark * cap
+            || (u.bytes + u.pending + round.waiting) as f64 >= round.ahead * cap
     }
 }
 
@@ -744,7 +795,18 @@ mod tests {
             let n = tags.iter().filter(|&&x| x == t).count();
             assert!((12..=30).contains(&n), "tag {t} holds {n} of 64");
         }
-        assert_eq!(shard_identity("b", 0), "b");
-        assert_eq!(shard_identity("b", 2), "b#2");
+        assert_eq!(shard_identity("b", 0, 3), "b");
+        // Redis' own example slots: `123456789` is 12739, and a hash tag is hashed alone.
+        assert_eq!(key_slot("123456789"), 12739);
+        assert_eq!(key_slot("a{123456789}b"), 12739);
+        assert_eq!(key_slot("a{}b"), key_slot("a{}b"));
+        // Tags land one per equal range of slots, each in its range's middle half.
+        for shards in [2, 3, 5, 16] {
+            let mut ranges: Vec<usize> = (0..shards)
+                .map(|t| tag_slot(&shard_identity("s3:h/bucket", t, shards)) * shards / SLOTS)
+                .collect();
+            ranges.sort_unstable();
+            assert_eq!(ranges, (0..shards).collect::<Vec<_>>(), "{shards} tags");
+        }
     }
 }

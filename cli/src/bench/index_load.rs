@@ -57,6 +57,8 @@ pub struct IndexLoadReport {
     pub nodes: usize,
     /// The eviction policy.
     pub policy: String,
+    /// Hash tags the bucket's index is split over (`fleet.shards`).
+    pub shards: u32,
     /// Blocks per request, on average.
     pub blocks_per_request: f64,
     /// Requests offered per second (`--rate`; 0: closed loop).
@@ -311,6 +313,7 @@ pub async fn index_load(
         requests: outcomes.len(),
         nodes: opts.nodes,
         policy,
+        shards: config.fleet.as_ref().map_or(1, |f| f.shards),
         blocks_per_request: blocks as f64 / n,
         offered_per_s: opts.rate,
         requests_per_s: outcomes.len() as f64 / elapsed.max(1e-9),
@@ -333,8 +336,9 @@ pub async fn index_load(
 /// Prints an index load report as a table.
 pub fn print_index_load(r: &IndexLoadReport) {
     println!(
-        "fleet index load: {} requests over {} nodes ({:.1} blocks each), policy {}",
-        r.requests, r.nodes, r.blocks_per_request, r.policy
+        "fleet index load: {} requests over {} nodes ({:.1} blocks each), policy {}, {} hash \
+         tag(s)",
+        r.requests, r.nodes, r.blocks_per_request, r.policy, r.shards
     );
     let offered = if r.offered_per_s > 0.0 {
         format!("{:.0} offered", r.offered_per_s)
