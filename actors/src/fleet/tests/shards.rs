@@ -2,7 +2,7 @@
 //! Redis Cluster started on 127.0.0.1, and on one server for the count's check and the
 //! capacity's slices.
 
-use super::super::shards::{shard_identity, shard_of};
+use super::super::placement::{shard_identity, shard_of};
 use super::*;
 
 /// Three `redis-server`s with `--cluster-enabled yes`, the 16,384 slots split over them,
