@@ -2,8 +2,8 @@
 //! code for both:
 //!
 //! - **resolve**: `GET /buckets/{ns}/{name}/resolve/{path}`, follow the 302, stream the body
-//!   into the caller's buffer ([`HubClient::download`]);
-//! - **xet**: read the file out of the Xet CAS by its `xetHash` ([`XetReader::read_into`], on
+//!   into the caller's buffer ([`Probe::resolve`]);
+//! - **xet**: read the file out of the Xet CAS by its `xetHash` ([`Probe::xet`], on
 //!   the adapter's default `xet_load_path = "direct"`).
 //!
 //! Fairness rules:
@@ -33,9 +33,8 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use clap::Parser;
-use kvtier::actors::backends::hfbucket::hub::{HubClient, MAX_PER_REQUEST};
-use kvtier::actors::backends::hfbucket::xet::{WriteSettings, XetReader, XetWriter};
-use kvtier::actors::backends::hfbucket::{BucketHandle, XetChunking, XetLoadPath, XetStorePath};
+use kvtier::actors::backends::hfbucket::probe::Probe;
+use kvtier::actors::backends::hfbucket::BucketHandle;
 use kvtier::actors::config::Secret;
 use kvtier::actors::storage::Fetched;
 use rand::{RngCore, SeedableRng};
@@ -100,56 +99,20 @@ fn payload(seed: u64, size: usize) -> Bytes {
 }
 
 /// Uploads `n` fresh random objects under `dir` and registers them.
-fn upload_set(
-    hub: &HubClient,
-    cache: &std::path::Path,
-    dir: &str,
-    seed: u64,
-    n: usize,
-    size: usize,
-) -> Set {
-    let prefix = hub.handle().prefix.clone().unwrap_or_default();
+fn upload_set(probe: &Probe, dir: &str, seed: u64, n: usize, size: usize) -> Set {
+    let prefix = probe.prefix();
     let paths: Vec<String> = (0..n)
         .map(|i| format!("{prefix}/{dir}/obj{i:05}"))
         .collect();
     let payloads: Vec<Bytes> = (0..n)
-        .map(|i| payload(seed * 1_000_003 + i as u64, size))
+        .map(|i| payload(seed.wrapping_mul(1_000_003).wrapping_add(i as u64), size))
         .collect();
-    let settings = WriteSettings {
-        compression: "none",
-        global_dedup: false,
-        token_reserve: 600,
-        store_path: XetStorePath::Direct,
-        chunking: XetChunking::Cdc,
-    };
-    let token = hub.xet_write_token().expect("xet write token");
-    let writer = XetWriter::open(cache, &settings).expect("xet writer");
-    for (ps, bs) in paths.chunks(16).zip(payloads.chunks(16)) {
-        let named: Vec<(String, Bytes)> = ps.iter().cloned().zip(bs.iter().cloned()).collect();
-        let ups = writer
-            .upload(hub, &token, true, &named)
-            .expect("xet upload");
-        let lines: Vec<_> = ps
-            .iter()
-            .zip(ups.files)
-            .map(|(p, u)| json!({"type": "addFile", "path": p, "xetHash": u.hash, "size": u.size}))
-            .collect();
-        let reply = hub.batch(&lines).expect("addFile batch");
-        assert!(
-            reply.failed.is_empty(),
-            "addFile failed: {:?}",
-            reply.failed
-        );
-    }
-    let mut hashes = Vec::with_capacity(n);
-    for chunk in paths.chunks(MAX_PER_REQUEST) {
-        let meta = hub.paths_meta(chunk).expect("paths-info");
-        for p in chunk {
-            let m = &meta[p];
-            assert_eq!(m.size, size as u64);
-            hashes.push(m.xet_hash.clone().expect("paths-info gives xetHash"));
-        }
-    }
+    let named: Vec<(String, Bytes)> = paths
+        .iter()
+        .cloned()
+        .zip(payloads.iter().cloned())
+        .collect();
+    let hashes = probe.upload(&named).expect("upload");
     Set {
         paths,
         hashes,
@@ -159,14 +122,7 @@ fn upload_set(
 
 /// Reads every object of `set` into fresh pre-faulted buffers with `workers` threads; returns
 /// (seconds, CPU seconds). Panics on a miss or a wrong byte.
-fn pass(
-    hub: &HubClient,
-    reader: &XetReader,
-    set: &Set,
-    path: Path,
-    workers: usize,
-    size: usize,
-) -> (f64, f64) {
+fn pass(probe: &Probe, set: &Set, path: Path, workers: usize, size: usize) -> (f64, f64) {
     let mut bufs: Vec<Vec<u8>> = (0..set.paths.len()).map(|_| vec![0xA5u8; size]).collect();
     // A work queue of (index, buffer): each thread takes the next object.
     let (tx, rx) = flume::unbounded();
@@ -182,8 +138,8 @@ fn pass(
             s.spawn(move || {
                 while let Ok((i, buf)) = rx.recv() {
                     let res = match path {
-                        Path::Resolve => hub.download(&set.paths[i], buf),
-                        Path::Xet => reader.read_into(hub, &set.hashes[i], size as u64, buf),
+                        Path::Resolve => probe.resolve(&set.paths[i], buf),
+                        Path::Xet => probe.xet(&set.hashes[i], buf),
                     };
                     assert_eq!(res, Ok(Fetched::Hit), "{} {}", path.name(), set.paths[i]);
                 }
@@ -246,9 +202,16 @@ fn main() {
     let run = format!("probe-{:08x}", rand::random::<u32>());
     let handle =
         BucketHandle::parse(&format!("hf://buckets/{}/{run}", a.bucket)).expect("--bucket");
-    let hub = HubClient::new(&a.endpoint, handle, Some(Secret::new(&a.token)), a.workers);
     let tmp = tempfile::tempdir().expect("temp dir");
     let cache = tmp.path().join("xet");
+    let probe = Probe::connect(
+        &a.endpoint,
+        handle,
+        Secret::new(&a.token),
+        a.workers,
+        &cache,
+    )
+    .expect("hub and xet reader");
 
     let base = u64::from(rand::random::<u32>()) << 20;
     eprintln!(
@@ -260,8 +223,7 @@ fn main() {
     let warm: Vec<Set> = (0..2)
         .map(|k| {
             upload_set(
-                &hub,
-                &cache,
+                &probe,
                 &format!("warm{k}"),
                 base + k,
                 a.workers.max(2),
@@ -274,15 +236,14 @@ fn main() {
             (0..2)
                 .map(|k| {
                     let seed = base + 16 + (r * 2 + k) as u64;
-                    upload_set(&hub, &cache, &format!("r{r}p{k}"), seed, a.chunks, size)
+                    upload_set(&probe, &format!("r{r}p{k}"), seed, a.chunks, size)
                 })
                 .collect()
         })
         .collect();
-    let reader = XetReader::connect(&hub, &cache, XetLoadPath::Direct).expect("xet reader");
     // Untimed warm-up: connections, token, runtime threads.
-    pass(&hub, &reader, &warm[0], Path::Resolve, a.workers, size);
-    pass(&hub, &reader, &warm[1], Path::Xet, a.workers, size);
+    pass(&probe, &warm[0], Path::Resolve, a.workers, size);
+    pass(&probe, &warm[1], Path::Xet, a.workers, size);
 
     let bytes = (a.chunks * size) as f64;
     let mut rows = Vec::new();
@@ -295,7 +256,7 @@ fn main() {
             [Path::Xet, Path::Resolve]
         };
         for (k, p) in order.into_iter().enumerate() {
-            let (secs, c) = pass(&hub, &reader, &round[k], p, a.workers, size);
+            let (secs, c) = pass(&probe, &round[k], p, a.workers, size);
             let rate = bytes / secs / 1e6;
             let cpu_per_gib = c / (bytes / f64::from(1u32 << 30));
             let idx = usize::from(p == Path::Xet);

@@ -52,7 +52,7 @@ impl Bitmap {
         self.0[i]
     }
     /// Sets bit `i` to `v`.
-    pub fn set(&mut self, i: usize, v: bool) {
+    pub(crate) fn set(&mut self, i: usize, v: bool) {
         self.0[i] = v;
     }
     /// Number of set bits.

@@ -237,7 +237,7 @@ impl BackendError {
     }
 
     /// An [`ErrorKind::Other`] error from any displayable error.
-    pub fn io(op: &'static str, err: impl std::fmt::Display) -> Self {
+    pub(crate) fn io(op: &'static str, err: impl std::fmt::Display) -> Self {
         Self::new(ErrorKind::Other, op, err.to_string())
     }
 
@@ -258,22 +258,22 @@ impl BackendError {
     }
 
     /// The store could not be reached.
-    pub fn connection(op: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn connection(op: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Connection, op, message)
     }
 
     /// Refused before any request was sent (e.g. by an open breaker).
-    pub fn unavailable(message: impl Into<String>) -> Self {
+    pub(crate) fn unavailable(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Unavailable, "request", message)
     }
 
     /// The request was not acceptable.
-    pub fn invalid(message: impl Into<String>) -> Self {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Invalid, "request", message)
     }
 
     /// A worker job died.
-    pub fn worker(op: &'static str, message: impl Into<String>) -> Self {
+    pub(crate) fn worker(op: &'static str, message: impl Into<String>) -> Self {
         Self::new(ErrorKind::Worker, op, message)
     }
 

@@ -101,7 +101,7 @@ impl PolicyState {
     }
 
     /// The settings in force (quotas as changed at run time).
-    pub fn config(&self) -> &EvictionConfig {
+    pub(crate) fn config(&self) -> &EvictionConfig {
         &self.config
     }
 
@@ -138,7 +138,7 @@ impl PolicyState {
 
     /// Sets (`Some`) or removes (`None`) the quota of a cache salt; returns the previous one.
     /// Only `IsolatedLRU` reads quotas; the change applies at the next plan.
-    pub fn set_quota(&mut self, cache_salt: &str, limit_bytes: Option<u64>) -> Option<u64> {
+    pub(crate) fn set_quota(&mut self, cache_salt: &str, limit_bytes: Option<u64>) -> Option<u64> {
         match limit_bytes {
             Some(l) => self.config.quotas.0.insert(cache_salt.to_owned(), l),
             None => self.config.quotas.0.remove(cache_salt),
@@ -146,7 +146,7 @@ impl PolicyState {
     }
 
     /// The quotas in force.
-    pub fn quotas(&self) -> &Quotas {
+    pub(crate) fn quotas(&self) -> &Quotas {
         &self.config.quotas
     }
 

@@ -31,7 +31,7 @@ use crate::key::hf_encode;
 use crate::storage::{status_kind, BackendError, ErrorKind, Fetched};
 
 /// Most paths per `paths-info` request and lines per `batch` request.
-pub const MAX_PER_REQUEST: usize = 1000;
+pub(crate) const MAX_PER_REQUEST: usize = 1000;
 /// Longest a single attempt may take (body included), unless the request's deadline is nearer.
 pub(crate) const ATTEMPT_TIMEOUT: Duration = Duration::from_secs(120);
 
@@ -88,58 +88,58 @@ impl Attempt<'_> {
 pub(crate) struct Entry {
     /// `file` or `directory`.
     #[serde(rename = "type")]
-    pub kind: String,
+    pub(crate) kind: String,
     /// Path inside the bucket.
-    pub path: String,
+    pub(crate) path: String,
     /// Size in bytes (files).
     #[serde(default)]
-    pub size: u64,
+    pub(crate) size: u64,
     /// The Xet hash of the file's content (files stored through Xet).
     #[serde(rename = "xetHash", default)]
-    pub xet_hash: Option<String>,
+    pub(crate) xet_hash: Option<String>,
 }
 
 /// What `paths-info` says about one file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct FileMeta {
+pub(crate) struct FileMeta {
     /// Size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
     /// The Xet hash of its content, when the Hub gives one.
-    pub xet_hash: Option<String>,
+    pub(crate) xet_hash: Option<String>,
 }
 
 /// A `batch` reply.
 #[derive(Debug, Clone, Default, Deserialize)]
-pub struct BatchReply {
+pub(crate) struct BatchReply {
     /// Lines that failed, with their errors.
     #[serde(default)]
-    pub failed: Vec<BatchFailure>,
+    pub(crate) failed: Vec<BatchFailure>,
 }
 
 /// One failed line of a batch.
 #[derive(Debug, Clone, Deserialize)]
-pub struct BatchFailure {
+pub(crate) struct BatchFailure {
     /// Its path.
-    pub path: String,
+    pub(crate) path: String,
     /// Why.
     #[serde(default)]
-    pub error: String,
+    pub(crate) error: String,
 }
 
 /// A Xet token from `xet-write-token` / `xet-read-token`.
 #[derive(Debug, Clone, Deserialize)]
-pub struct XetToken {
+pub(crate) struct XetToken {
     /// The CAS access token.
     #[serde(rename = "accessToken")]
-    pub access_token: Secret,
+    pub(crate) access_token: Secret,
     /// Expiry, seconds since the epoch.
-    pub exp: u64,
+    pub(crate) exp: u64,
     /// The CAS base URL.
     #[serde(rename = "casUrl")]
-    pub cas_url: String,
+    pub(crate) cas_url: String,
     /// When it was fetched, seconds since the epoch (so `exp - fetched` is its lifetime).
     #[serde(skip, default = "unix_now")]
-    pub fetched: u64,
+    pub(crate) fetched: u64,
 }
 
 impl XetToken {
@@ -163,7 +163,7 @@ pub(crate) fn unix_now() -> u64 {
 
 /// The Hub client of one bucket. Cheap to share (immutable; `ureq::Agent` pools connections).
 #[derive(Debug, Clone)]
-pub struct HubClient {
+pub(crate) struct HubClient {
     agent: ureq::Agent,
     endpoint: String,
     handle: BucketHandle,
@@ -210,7 +210,7 @@ impl HubClient {
     /// A client for `handle` on the Hub at `endpoint`, for `workers` threads at once: it keeps
     /// up to `workers` idle connections per host (the Hub, the CAS and the xorb hosts), so
     /// that no worker's connection is closed after each request (ureq keeps 3 by default).
-    pub fn new(
+    pub(crate) fn new(
         endpoint: &str,
         handle: BucketHandle,
         token: Option<Secret>,
@@ -246,7 +246,7 @@ impl HubClient {
     }
 
     /// The bucket handle.
-    pub fn handle(&self) -> &BucketHandle {
+    pub(crate) fn handle(&self) -> &BucketHandle {
         &self.handle
     }
 
@@ -358,7 +358,10 @@ impl HubClient {
     }
 
     /// Size and Xet hash of the files among `paths` (missing paths are absent from the map).
-    pub fn paths_meta(&self, paths: &[String]) -> Result<HashMap<String, FileMeta>, BackendError> {
+    pub(crate) fn paths_meta(
+        &self,
+        paths: &[String],
+    ) -> Result<HashMap<String, FileMeta>, BackendError> {
         let mut out = HashMap::new();
         for chunk in paths.chunks(MAX_PER_REQUEST) {
             let r = self.call("paths-info", |a| {
@@ -400,7 +403,7 @@ impl HubClient {
     }
 
     /// Sends NDJSON `lines` (at most [`MAX_PER_REQUEST`]) to the batch route.
-    pub fn batch(&self, lines: &[Value]) -> Result<BatchReply, BackendError> {
+    pub(crate) fn batch(&self, lines: &[Value]) -> Result<BatchReply, BackendError> {
         let mut body = String::new();
         for l in lines {
             body.push_str(&l.to_string());
@@ -422,7 +425,7 @@ impl HubClient {
     }
 
     /// A Xet write token for this bucket.
-    pub fn xet_write_token(&self) -> Result<XetToken, BackendError> {
+    pub(crate) fn xet_write_token(&self) -> Result<XetToken, BackendError> {
         let r = self.call("xet-write-token", |a| {
             self.auth(a.get(self.api("/xet-write-token"))).call()
         })?;
@@ -456,7 +459,7 @@ impl HubClient {
 
     /// Downloads `path` straight into `buf` (following the resolve redirect); a size other than
     /// `buf.len()` is a mismatch and a missing file is absent.
-    pub fn download(&self, path: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
+    pub(crate) fn download(&self, path: &str, buf: &mut [u8]) -> Result<Fetched, BackendError> {
         let url = format!(
             "{}/buckets/{}/resolve/{}",
             self.endpoint,

@@ -14,17 +14,11 @@
 
 mod cas;
 mod config;
-#[cfg(feature = "internals")]
-pub mod hub;
-#[cfg(not(feature = "internals"))]
-#[allow(unreachable_pub)]
 mod hub;
+#[cfg(feature = "internals")]
+pub mod probe;
 mod storage;
 mod upload;
-#[cfg(feature = "internals")]
-pub mod xet;
-#[cfg(not(feature = "internals"))]
-#[allow(unreachable_pub)]
 mod xet;
 
 pub use config::{

@@ -28,11 +28,11 @@ use crate::storage::{BackendError, Fetched};
 
 /// The Xet hash and size of one uploaded object.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Uploaded {
+pub(crate) struct Uploaded {
     /// The Xet Merkle hash to register with `addFile`.
-    pub hash: String,
+    pub(crate) hash: String,
     /// Its size in bytes.
-    pub size: u64,
+    pub(crate) size: u64,
 }
 
 fn xet_err(e: impl std::fmt::Display) -> BackendError {
@@ -71,7 +71,7 @@ enum ReadPath {
 
 /// Reads objects out of the Xet CAS into the caller's buffer, along one read path shared by
 /// every load of an adapter. No chunk cache is involved, so every load reads from the CAS.
-pub struct XetReader {
+pub(crate) struct XetReader {
     path: ReadPath,
     /// The direct reader checks every load against its Xet hash (`xet_verify_loads`).
     verify: bool,
@@ -90,7 +90,7 @@ impl XetReader {
     /// Fetches a read token (one `xet-read-token` request) and, for the hf-xet path, opens the
     /// session and stream group. Must run on a plain thread (a worker), not inside a tokio
     /// runtime.
-    pub fn connect(
+    pub(crate) fn connect(
         hub: &HubClient,
         cache_dir: &Path,
         path: XetLoadPath,
@@ -143,7 +143,7 @@ impl XetReader {
     /// is a mismatch and leaves the buffer unwritten. A file that yields more or fewer bytes
     /// than `size` is an error (the caller falls back to `resolve`, which decides between
     /// hit, mismatch and absent).
-    pub fn read_into(
+    pub(crate) fn read_into(
         &self,
         hub: &HubClient,
         hash: &str,
@@ -186,25 +186,25 @@ impl XetReader {
 
 /// What one upload commit did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// Every object's hash and size, in input order.
-    pub files: Vec<Uploaded>,
+    pub(crate) files: Vec<Uploaded>,
     /// What the commit sent.
-    pub counts: CommitCounts,
+    pub(crate) counts: CommitCounts,
 }
 
 /// What commits sent, added up in the adapter's `status`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct CommitCounts {
+pub(crate) struct CommitCounts {
     /// Bytes of chunks the CAS did not hold yet.
-    pub new_bytes: u64,
+    pub(crate) new_bytes: u64,
     /// Bytes of chunks deduplicated (already in this commit, the session or the CAS).
-    pub deduped_bytes: u64,
+    pub(crate) deduped_bytes: u64,
     /// Bytes of xorbs sent to the CAS (the new chunks after compression, with headers).
-    pub xorb_bytes: u64,
+    pub(crate) xorb_bytes: u64,
     /// Xorbs kvtier's own writer posted to the CAS because it offered no upload grant (or
     /// kept refusing them); 0 on the hf-xet path, which does not report it.
-    pub xorbs_posted: u64,
+    pub(crate) xorbs_posted: u64,
 }
 
 impl std::ops::AddAssign for CommitCounts {
@@ -218,18 +218,18 @@ impl std::ops::AddAssign for CommitCounts {
 
 /// How Xet writes xorbs: the knobs of [`XetWriter`], from the adapter's config.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WriteSettings {
+pub(crate) struct WriteSettings {
     /// The xorb compression scheme (`"none"`, `"lz4"`, `"bg4-lz4"` or `"auto"`).
-    pub compression: &'static str,
+    pub(crate) compression: &'static str,
     /// Whether to ask the CAS about chunks it may already hold (global deduplication).
-    pub global_dedup: bool,
+    pub(crate) global_dedup: bool,
     /// Seconds a write token must have left for a commit to run without Xet's token
     /// refresher (`xet_token_reserve_secs`; 0: every commit has one).
-    pub token_reserve: u64,
+    pub(crate) token_reserve: u64,
     /// Whether commits go through hf-xet or kvtier's own writer (`xet_store_path`).
-    pub store_path: XetStorePath,
+    pub(crate) store_path: XetStorePath,
     /// How kvtier's own writer cuts objects into chunks (`xet_chunking`).
-    pub chunking: XetChunking,
+    pub(crate) chunking: XetChunking,
 }
 
 /// A cached token (a write token, or a direct reader's read token) is replaced when it has
@@ -263,7 +263,7 @@ impl WriteSettings {
 /// batch is one upload commit on it (a commit is single-use), and each object is a stream fed
 /// the caller's [`Bytes`] without a copy. With `direct`, kvtier's own writer
 /// (module `upload`) does the commit through one CAS client.
-pub struct XetWriter {
+pub(crate) struct XetWriter {
     path: WritePath,
 }
 
@@ -285,7 +285,7 @@ impl XetWriter {
     /// Opens the writer `settings` asks for: an hf-xet session, or kvtier's own writer (which
     /// holds only its settings). Must run on a plain thread (a worker), not inside a tokio
     /// runtime (the session would borrow that runtime instead of owning one).
-    pub fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
+    pub(crate) fn open(cache_dir: &Path, settings: &WriteSettings) -> Result<Self, BackendError> {
         if settings.store_path == XetStorePath::Direct {
             return Ok(Self {
                 path: WritePath::Direct(DirectWriter::open(settings)?),
@@ -316,7 +316,7 @@ impl XetWriter {
     /// headers differ from the CAS's). The direct writer sends its requests through `hub`
     /// with `token`, and replaces the token from the Hub itself when it runs low during a long
     /// commit (it ignores `refresher`).
-    pub fn upload(
+    pub(crate) fn upload(
         &self,
         hub: &HubClient,
         token: &XetToken,
