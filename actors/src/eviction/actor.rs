@@ -75,6 +75,9 @@ struct Tracked {
     stats: EvictionStats,
     /// [`WhenIdle`] callers, answered when a check finds nothing to do.
     idle_waiters: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// A [`WhenIdle`] came while a round was in flight: that round's "nothing could go" (its
+    /// keys locked when it planned) does not answer it; one more check, started after it, does.
+    recheck: bool,
 }
 
 impl Tracked {
@@ -122,6 +125,7 @@ impl EvictionActor {
                         in_flight: false,
                         stats: EvictionStats::default(),
                         idle_waiters: Vec::new(),
+                        recheck: false,
                     },
                 )
             })
@@ -177,7 +181,7 @@ impl EvictionActor {
                         t.wait_for_seq = Some(seq);
                     }
                 }
-                if removed.is_empty() {
+                if removed.is_empty() && !std::mem::take(&mut t.recheck) {
                     // Nothing could go (all locked): idle until the next event or tick.
                     t.idle();
                 } else {
@@ -312,7 +316,10 @@ impl Handler<WhenIdle> for EvictionActor {
     fn handle(&mut self, msg: WhenIdle, ctx: &mut Context<Self>) -> Self::Result {
         let (tx, rx) = tokio::sync::oneshot::channel();
         match self.adapters.get_mut(&msg.0) {
-            Some(t) => t.idle_waiters.push(tx),
+            Some(t) => {
+                t.idle_waiters.push(tx);
+                t.recheck |= t.in_flight;
+            }
             None => {
                 let _ = tx.send(());
             }

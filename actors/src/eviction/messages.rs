@@ -69,8 +69,9 @@ pub enum QuotaError {
 #[rtype(result = "Option<Quotas>")]
 pub struct GetQuotas(pub AdapterIndex);
 
-/// Replies once the adapter's eviction is idle: no round in flight and a check finds nothing
-/// to evict (or nothing it may evict: the rest is locked). Replies at once for an adapter
+/// Replies once the adapter's eviction is idle: no round in flight and a check that started
+/// after this message finds nothing to evict (or nothing it may evict: the rest is locked; a
+/// round already in flight when it came does not answer it, since it planned before). Replies at once for an adapter
 /// without eviction. For tests and tools that must observe the settled state without sleeping.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]

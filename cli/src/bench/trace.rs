@@ -347,7 +347,10 @@ pub async fn replay(
     let elapsed = start.elapsed().as_secs_f64();
     // Eviction runs beside the requests: let it finish the rounds the replay started, so the
     // report counts every key the replay's stores caused to be evicted (a short replay could
-    // otherwise end with a round started and nothing evicted yet).
+    // otherwise end with a round started and nothing evicted yet). The requests' unlocks were
+    // sent without a reply (`Tier::unlock`); a usage read passes the controller and each
+    // backend after them, so the checks below run with those keys unlocked.
+    let _ = tier.usage().await;
     for adapter in 0..config.adapters.len() {
         let _ = tier.when_idle(adapter).await;
     }
