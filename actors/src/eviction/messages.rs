@@ -71,8 +71,9 @@ pub struct GetQuotas(pub AdapterIndex);
 
 /// Replies once the adapter's eviction is idle: no round in flight and a check that started
 /// after this message finds nothing to evict (or nothing it may evict: the rest is locked; a
-/// round already in flight when it came does not answer it, since it planned before). Replies at once for an adapter
-/// without eviction. For tests and tools that must observe the settled state without sleeping.
+/// round already in flight when it came does not answer it, since it planned before). Replies
+/// at once for an adapter without eviction. For tests and tools that must observe the settled
+/// state without sleeping.
 #[derive(Debug, Clone, Copy, Message)]
 #[rtype(result = "()")]
 pub struct WhenIdle(pub AdapterIndex);

@@ -9,9 +9,9 @@
 //! internals themselves stay crate-private.
 
 use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use serde_json::json;
 
 use super::config::{BucketHandle, XetChunking, XetLoadPath, XetStorePath};
 use super::hub::{HubClient, MAX_PER_REQUEST};
@@ -66,12 +66,13 @@ impl Probe {
         let writer = XetWriter::open(&self.cache, &settings)?;
         for batch in objects.chunks(16) {
             let ups = writer.upload(&self.hub, &token, true, batch)?;
+            let mtime = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
             let lines: Vec<_> = batch
                 .iter()
                 .zip(ups.files)
-                .map(|((p, _), u)| {
-                    json!({"type": "addFile", "path": p, "xetHash": u.hash, "size": u.size})
-                })
+                .map(|((p, _), u)| u.add_file(p, mtime))
                 .collect();
             let reply = self.hub.batch(&lines)?;
             if !reply.failed.is_empty() {

@@ -35,6 +35,20 @@ pub(crate) struct Uploaded {
     pub(crate) size: u64,
 }
 
+impl Uploaded {
+    /// The `batch` line that registers this upload at `path`, modified at `mtime` (ms since
+    /// the epoch).
+    pub(crate) fn add_file(&self, path: &str, mtime: u64) -> serde_json::Value {
+        serde_json::json!({
+            "type": "addFile",
+            "path": path,
+            "xetHash": self.hash,
+            "size": self.size,
+            "mtime": mtime,
+        })
+    }
+}
+
 fn xet_err(e: impl std::fmt::Display) -> BackendError {
     BackendError::io("xet upload", e)
 }

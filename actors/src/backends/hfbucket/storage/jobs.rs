@@ -196,7 +196,7 @@ impl Ctx {
         for (path, up) in paths.iter().zip(&uploads) {
             match up {
                 Ok(u) => {
-                    lines.push(json!({"type": "addFile", "path": path, "xetHash": u.hash, "size": u.size, "mtime": mtime}));
+                    lines.push(u.add_file(path, mtime));
                     results.push(Ok(()));
                 }
                 Err(e) => results.push(Err(e.clone())),
