@@ -1,6 +1,7 @@
 //! One call to the index: a script run as a function of the library (`FCALL`) or, on a server
 //! without functions, as a script (`EVALSHA`, with redis-rs' fallback to `EVAL`), with any
-//! unlocks queued by [`FleetUnlockSoon`](super::FleetUnlockSoon) sent before it.
+//! unlocks queued by [`FleetUnlockSoon`](super::FleetUnlockSoon) sent before it (one `SREM`:
+//! releasing a lock needs no script, see [`unlock_cmd`]).
 //!
 //! Invariants: the queued unlocks and the call go in that order on the node's one connection,
 //! in one pipeline (one round trip) when the server has functions, so the call sees them. A
@@ -35,27 +36,27 @@ impl Call {
         c
     }
 
-    /// Runs `unlocks` (the unlock script's arguments) and then `pick`'s script: one pipeline
-    /// of two `FCALL`s, or with a server without functions two `EVALSHA`s. A server that lost
-    /// the library (a restart, `FUNCTION FLUSH`) is given it again and the call retried once.
+    /// Runs `unlocks` (a node's `SREM` of the names whose last lock it released, see
+    /// [`unlock_cmd`]) and then `pick`'s script: one pipeline, or with a server without
+    /// functions the `SREM` and then an `EVALSHA`. A server that lost the library (a restart,
+    /// `FUNCTION FLUSH`) is given it again and the call retried once.
     pub(super) async fn run(
         &self,
         conn: &mut MultiplexedConnection,
-        unlocks: Option<Vec<String>>,
+        unlocks: Option<redis::Cmd>,
         pick: fn(&Scripts) -> &Func,
         args: Vec<String>,
     ) -> Result<Value, RedisError> {
         let func = pick(&self.scripts);
         if !self.functions {
             if let Some(u) = &unlocks {
-                self.eval(conn, &self.scripts.unlock, u).await?;
+                u.query_async::<Value>(conn).await?;
             }
             return self.eval(conn, func, &args).await;
         }
         let mut pipe = redis::pipe();
-        if let Some(u) = &unlocks {
-            pipe.add_command(self.fcall(&self.scripts.unlock, u))
-                .ignore();
+        if let Some(u) = unlocks {
+            pipe.add_command(u).ignore();
         }
         pipe.add_command(self.fcall(func, &args));
         match pipe.query_async::<(Value,)>(conn).await {
@@ -77,6 +78,14 @@ impl Call {
         inv.arg(&*self.prefix).arg(args);
         inv.invoke_async::<Value>(conn).await
     }
+}
+
+/// The command that releases a node's locks of `names`: they leave its set `held:NODE` (the
+/// node counts its own locks of a name, and sends it here when the count reaches 0).
+pub(super) fn unlock_cmd(prefix: &str, node: &str, names: &[String]) -> redis::Cmd {
+    let mut c = redis::cmd("SREM");
+    c.arg(format!("{prefix}held:{node}")).arg(names);
+    c
 }
 
 /// Gives the server the scripts' library (`FUNCTION LOAD`; one already there under its name,

@@ -82,6 +82,7 @@ pub(super) fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
         match pair[0].as_str() {
             "bytes" => u.bytes = n,
             "objects" => u.objects = n,
+            "claimed" => u.claimed = n,
             f if f.starts_with("pending:") => u.pending += n,
             f if f.starts_with("quota:") => {
                 u.quotas.insert(f["quota:".len()..].to_string(), n);
@@ -102,13 +103,26 @@ impl Handler<FleetStored> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
 
     fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
+        // The writes that end: their epochs leave the node's record and the index's writes in
+        // flight. One write's names share one epoch; a batch that mixes writes gives its
+        // oldest, and 0 (not added) when one of its names had no announcement known.
+        let ended: Vec<u64> = msg
+            .ended_names
+            .iter()
+            .map(|name| self.write_ended(name))
+            .collect();
+        let epoch = ended.iter().copied().min().unwrap_or(0);
+        let mut epochs: Vec<u64> = ended.into_iter().filter(|&e| e > 0).collect();
+        epochs.sort_unstable();
+        epochs.dedup();
         let mut args = vec![
             self.config.node.clone(),
             u8::from(msg.written).to_string(),
             msg.ended_bytes.to_string(),
-            msg.ended_names.len().to_string(),
+            epoch.to_string(),
+            epochs.len().to_string(),
         ];
-        args.extend(msg.ended_names);
+        args.extend(epochs.iter().map(u64::to_string));
         self.run(|s| &s.stored, object_args(args, msg.objects), parse_usage)
     }
 }
@@ -117,23 +131,35 @@ impl Handler<FleetWriting> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<Announced, FleetError>>;
 
     fn handle(&mut self, msg: FleetWriting, _: &mut Self::Context) -> Self::Result {
-        let mut args = vec![
+        let args = vec![
             self.config.node.clone(),
             msg.bytes.to_string(),
             msg.limit.unwrap_or(0).to_string(),
         ];
-        args.extend(msg.names);
-        self.run(
-            |s| &s.writing,
-            args,
-            |v| match v {
-                Value::Array(mut items) if !items.is_empty() => {
-                    let started = parse_int(items.remove(0))? == 1;
-                    let usage = parse_usage(Value::Array(items))?;
-                    Ok(Announced { started, usage })
+        let names = msg.names;
+        Box::pin(
+            self.run(
+                |s| &s.writing,
+                args,
+                |v| match v {
+                    Value::Array(mut items) if items.len() >= 2 => {
+                        let started = parse_int(items.remove(0))? == 1;
+                        let epoch = parse_count(items.remove(0))?;
+                        let usage = parse_usage(Value::Array(items))?;
+                        Ok((Announced { started, usage }, epoch))
+                    }
+                    v => Err(bad_reply("writing", &v)),
+                },
+            )
+            .map(move |res, act, _| {
+                let (announced, epoch) = res?;
+                if announced.started {
+                    for name in names {
+                        act.writes.entry(name).or_default().push_back(epoch);
+                    }
                 }
-                v => Err(bad_reply("writing", &v)),
-            },
+                Ok(announced)
+            }),
         )
     }
 }
@@ -142,22 +168,49 @@ impl Handler<FleetLockNames> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<Vec<FleetLock>, FleetError>>;
 
     fn handle(&mut self, msg: FleetLockNames, _: &mut Self::Context) -> Self::Result {
-        let args = name_args(vec![self.config.node.clone()], msg.0);
-        self.run(
-            |s| &s.lock,
-            args,
-            |v| {
-                let codes = redis::from_redis_value::<Vec<i64>>(v.clone())
-                    .map_err(|_| bad_reply("lock", &v))?;
-                Ok(codes
-                    .into_iter()
-                    .map(|c| match c {
-                        c if c < 0 => FleetLock::Deleting,
-                        0 => FleetLock::Unknown,
-                        size => FleetLock::Known(size as u64),
-                    })
-                    .collect())
-            },
+        self.count_locks(msg.0.iter().map(|n| n.name.as_str()));
+        let sampled: String = msg
+            .0
+            .iter()
+            .map(|n| if n.sampled { '1' } else { '0' })
+            .collect();
+        let names: Vec<String> = msg.0.into_iter().map(|n| n.name).collect();
+        let mut args = vec![self.config.node.clone(), sampled];
+        args.extend(names.iter().cloned());
+        Box::pin(
+            self.run(
+                |s| &s.lock,
+                args,
+                |v| {
+                    let codes = redis::from_redis_value::<Vec<i64>>(v.clone())
+                        .map_err(|_| bad_reply("lock", &v))?;
+                    Ok(codes
+                        .into_iter()
+                        .map(|c| match c {
+                            c if c < 0 => FleetLock::Deleting,
+                            0 => FleetLock::Unknown,
+                            size => FleetLock::Known(size as u64),
+                        })
+                        .collect::<Vec<_>>())
+                },
+            )
+            .map(move |res, act, _| {
+                match &res {
+                    // The refused ones were not locked: their counts go back.
+                    Ok(outcomes) if outcomes.len() == names.len() => {
+                        let refused = names
+                            .into_iter()
+                            .zip(outcomes)
+                            .filter(|(_, o)| **o == FleetLock::Deleting)
+                            .map(|(n, _)| n);
+                        act.uncount_locks(refused, false);
+                    }
+                    // Unknown: the script may have run. Released like unlocks (a name not
+                    // in the node's set leaves it as a no-op).
+                    _ => act.uncount_locks(names, true),
+                }
+                res
+            }),
         )
     }
 }
@@ -166,11 +219,8 @@ impl Handler<FleetUnlock> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<(), FleetError>>;
 
     fn handle(&mut self, msg: FleetUnlock, _: &mut Self::Context) -> Self::Result {
-        let mut args = self
-            .queued_unlocks()
-            .unwrap_or_else(|| vec![self.config.node.clone()]);
-        args.extend(msg.0);
-        self.run(|s| &s.unlock, args, |_| Ok(()))
+        self.uncount_locks(msg.0, true);
+        self.unlock_now()
     }
 }
 
@@ -178,8 +228,8 @@ impl Handler<FleetUnlockSoon> for FleetIndex {
     type Result = ();
 
     fn handle(&mut self, msg: FleetUnlockSoon, ctx: &mut Self::Context) {
-        self.unlocks.extend(msg.0);
-        if !self.flush_due {
+        self.uncount_locks(msg.0, true);
+        if !self.flush_due && !self.unlocks.is_empty() {
             self.flush_due = true;
             ctx.run_later(UNLOCK_FLUSH, |act, ctx| act.flush_unlocks(ctx));
         }

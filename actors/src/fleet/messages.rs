@@ -37,10 +37,14 @@ pub(crate) struct FleetUsage {
     pub(crate) by_salt: BTreeMap<String, u64>,
     /// Bytes live nodes are writing (announced with [`FleetWriting`], not yet stored).
     pub(crate) pending: u64,
+    /// Bytes of the objects claimed for deletion and not released yet (counted in `bytes`
+    /// until their release): a round is due by `bytes − claimed`, as [`FleetRound`] decides.
+    pub(crate) claimed: u64,
     /// The fleet's `IsolatedLRU` quotas: salt → limit in bytes.
     pub(crate) quotas: BTreeMap<String, u64>,
     /// With the bucket split over `S` hash tags ([`FleetShards`](super::FleetShards)): `S` ×
-    /// the fullest tag's stored bytes, and `S` × its stored plus pending bytes. Each tag
+    /// the fullest tag's stored bytes (known, less claimed), and `S` × its stored plus pending
+    /// bytes. Each tag
     /// evicts against `capacity / S`, so these (not the totals) say when a round is due;
     /// `None` with one tag.
     pub(crate) fullest: Option<(u64, u64)>,
@@ -96,7 +100,9 @@ impl FleetStored {
 
 /// This node starts writing these objects, `bytes` in all: eviction rounds count the bytes
 /// with the fleet's usage until [`FleetStored`] ends them (or the node is reaped), so a round
-/// can start before they land; a deletion that removes one of the names meanwhile taints it.
+/// can start before they land; a deletion that removes one of the names meanwhile keeps the
+/// write's [`FleetStored`] from adding that name (the write takes an epoch in the index, which
+/// the [`FleetIndex`](super::FleetIndex) gives back with its `STORED`).
 ///
 /// With a `limit`, the write is announced only if the bucket's footprint stays within it: the
 /// bytes of every object the index knows (objects claimed for deletion included, since the
@@ -249,9 +255,10 @@ pub(crate) enum Round {
 #[rtype(result = "Result<Vec<String>, FleetError>")]
 pub(crate) struct FleetClaim(pub(crate) Vec<String>);
 
-/// Ends claims: `removed` were deleted from the store (forgotten; a name a node is writing
-/// meanwhile is tainted, so that write's [`FleetStored`] does not add it and a lookup probes the
-/// store), `kept` were not. Replies with the fleet's usage.
+/// Ends claims: `removed` were deleted from the store (forgotten, and recorded as gone: a write
+/// of the name announced before now may have landed before the delete, so its [`FleetStored`]
+/// does not add it and a lookup probes the store), `kept` were not. Replies with the fleet's
+/// usage.
 #[derive(Debug, Clone, Message)]
 #[rtype(result = "Result<FleetUsage, FleetError>")]
 pub(crate) struct FleetRelease {

@@ -12,10 +12,14 @@
 //! Invariants, as the scripts keep them on the server:
 //! - **Usage** (`usage`) is the sum of `size` over the objects the index knows, in total and
 //!   per cache salt; an object counts once, at its last stored size.
-//! - **Locks**: `locks[name]` is the sum over live nodes of `held:NODE[name]`. A name is never
-//!   both locked and claimed for deletion: [`FleetClaim`] skips locked names, and
-//!   [`FleetLockNames`] refuses claimed ones. So a key locked on any node is never deleted by
-//!   a node that claims before it deletes.
+//! - **Locks**: a name is locked while it is in some listed node's `held:NODE`, and it is in
+//!   this node's while this actor's count of its locks of the name ([`FleetIndex`]'s
+//!   `locks`: counted when a lock is sent, uncounted when refused or unlocked) is positive:
+//!   the lock script adds the names it locks, and the name leaves with one `SREM` sent before
+//!   this node's next call once its count reaches 0. A name is never both locked and claimed
+//!   for deletion: [`FleetClaim`] skips locked names, and [`FleetLockNames`] refuses claimed
+//!   ones. So a key locked on any node is never deleted by a node that claims before it
+//!   deletes.
 //! - **Liveness**: a node is live until `ttl` after its last heartbeat (server time). Any
 //!   script that reaps (join, heartbeat) drops the locks, claims and lease of every lapsed node,
 //!   so a node that dies releases everything within `ttl` + one heartbeat period of another
@@ -27,11 +31,12 @@
 //!   lapses after its TTL if its holder does not give it up (the round's holder does, at the
 //!   round's end; the listing's is held for its period).
 //! - **Stores racing deletions**: a node announces its writes before it makes them
-//!   ([`FleetWriting`]). A release forgets each object its node deleted, and taints a name
-//!   that some node is writing meanwhile (that write may have landed before the delete); the
-//!   writer's [`FleetStored`] does not add a tainted name. So the index never says an object
-//!   is in the store because of a write that a deletion may have removed: a lookup probes the
-//!   store for it instead.
+//!   ([`FleetWriting`]); each announcement takes the next epoch, which this actor keeps per
+//!   name until the write's [`FleetStored`] gives it back. A release forgets each object its
+//!   node deleted and records its name as gone at the epoch then; a `STORED` does not add a
+//!   name gone at or after its write's epoch (the write may have landed before the delete).
+//!   So the index never says an object is in the store because of a write that a deletion may
+//!   have removed: a lookup probes the store for it instead (see `gone` in [`scripts`]).
 //! - **Footprint**: a write announced with a limit ([`FleetWriting`]) is recorded only if the
 //!   bytes of every object the index knows (claimed ones included), of every live node's
 //!   writes in flight and of this write fit within it; a refused write records nothing.
@@ -55,6 +60,7 @@ mod shards;
 #[cfg(test)]
 mod tests;
 
+use std::collections::{HashMap, VecDeque};
 use std::rc::Rc;
 use std::time::Duration;
 
@@ -68,6 +74,12 @@ use call::Call;
 pub use messages::*;
 use scripts::{Func, Scripts};
 pub(crate) use shards::{FleetShards, Standing};
+
+/// The index's key layout, in every key's name after the bucket's hash tag. A kvtier whose
+/// scripts keep other keys, or keys of other types, names another layout, so it never reads
+/// (or breaks) an index an older kvtier wrote: that one is left as it is, and the new layout
+/// starts empty and fills from the nodes' stores and listings (docs/fleet.md, "Upgrades").
+pub(crate) const LAYOUT: &str = "v2";
 
 /// The longest an unlock queued by [`FleetUnlockSoon`] waits for a call to ride with.
 pub(crate) const UNLOCK_FLUSH: Duration = Duration::from_millis(10);
@@ -152,17 +164,27 @@ pub(crate) struct FleetIndex {
     conn: Option<MultiplexedConnection>,
     connecting: bool,
     scripts: Rc<Scripts>,
-    /// `kvtier:{IDENTITY}:` and its usage hash (the key a cluster routes by).
+    /// `kvtier:{IDENTITY}:LAYOUT:` and its usage hash (the key a cluster routes by).
     prefix: Rc<str>,
     usage_key: Rc<str>,
     status: FleetStatus,
     /// The server took the scripts' library at the last join: calls are `FCALL`s (else
     /// `EVALSHA`, a server without functions).
     functions: bool,
-    /// Names unlocked by [`FleetUnlockSoon`], sent before the next call; a flush of them is
-    /// due after [`UNLOCK_FLUSH`] when `flush_due`.
+    /// This node's locks in the index per name: locks asked for (counted when sent, uncounted
+    /// when refused) less locks released. The server keeps only whether the count is
+    /// positive (the set `held:NODE`), so a lock or unlock of a name held more than once costs
+    /// it nothing per count.
+    locks: HashMap<String, u32>,
+    /// Names whose last lock was released, sent before the next call (see [`call`]); a flush
+    /// of them is due after [`UNLOCK_FLUSH`] when `flush_due`.
     unlocks: Vec<String>,
     flush_due: bool,
+    /// The epochs of this node's writes in flight, per name, oldest first (see [`FleetWriting`]
+    /// and `gone_record` in the scripts): a write's `STORED` gives its epoch so the index can
+    /// tell whether a deletion since may have removed it. Cleared when the node goes alone (a
+    /// `STORED` then gives epoch 0: no announcement known).
+    writes: HashMap<String, VecDeque<u64>>,
     /// Who hears of this actor's standing (joined or not): the [`FleetShards`] router of a
     /// bucket split over several tags.
     standing: Option<(Recipient<Standing>, usize)>,
@@ -172,7 +194,7 @@ impl FleetIndex {
     /// A fleet index actor; it connects and joins once started, and keeps trying every
     /// heartbeat period while the index is unreachable.
     pub(crate) fn new(config: IndexConfig) -> Self {
-        let prefix: Rc<str> = format!("kvtier:{{{}}}:", config.identity).into();
+        let prefix: Rc<str> = format!("kvtier:{{{}}}:{LAYOUT}:", config.identity).into();
         let usage_key = format!("{prefix}usage").into();
         // The URL is checked here, its error kept without the URL (it may hold a password).
         let (client, reason) = match redis::Client::open(config.url.expose()) {
@@ -206,8 +228,10 @@ impl FleetIndex {
             usage_key,
             status,
             functions: false,
+            locks: HashMap::new(),
             unlocks: Vec::new(),
             flush_due: false,
+            writes: HashMap::new(),
             standing: None,
         }
     }
@@ -243,7 +267,9 @@ impl FleetIndex {
             let reason = self.status.reason.clone().unwrap_or_default();
             return Box::pin(ready(Err(FleetError::Unreachable(reason))));
         };
-        let unlocks = self.queued_unlocks();
+        let unlocks = self
+            .queued_unlocks()
+            .map(|names| call::unlock_cmd(&self.prefix, &self.config.node, &names));
         let call = Call {
             scripts: self.scripts.clone(),
             key: self.usage_key.clone(),
@@ -262,19 +288,70 @@ impl FleetIndex {
     /// Sends the queued unlocks now, if any are left.
     fn flush_unlocks(&mut self, ctx: &mut Context<Self>) {
         self.flush_due = false;
-        if let Some(args) = self.queued_unlocks() {
-            ctx.spawn(self.run(|s| &s.unlock, args, |_| Ok(())).map(|_, _, _| ()));
+        ctx.spawn(self.unlock_now().map(|_, _, _| ()));
+    }
+
+    /// Sends the queued unlocks now (one `SREM`); `Ok` at once when none is queued. While the
+    /// index is unreachable they stay queued, for the first call after the node joins again.
+    fn unlock_now(&mut self) -> ResponseActFuture<Self, Result<(), FleetError>> {
+        let Some(mut conn) = self.conn.clone().filter(|_| self.status.joined) else {
+            let reason = self.status.reason.clone().unwrap_or_default();
+            return Box::pin(ready(Err(FleetError::Unreachable(reason))));
+        };
+        let Some(names) = self.queued_unlocks() else {
+            return Box::pin(ready(Ok(())));
+        };
+        let cmd = call::unlock_cmd(&self.prefix, &self.config.node, &names);
+        let fut = async move { cmd.query_async::<Value>(&mut conn).await };
+        Box::pin(
+            wrap_future(fut).map(move |res, act: &mut Self, _| match res {
+                Ok(_) => Ok(()),
+                Err(e) => Err(act.failed(&e)),
+            }),
+        )
+    }
+
+    /// The epoch of this node's oldest write of `name` in flight, now ended (0: none known).
+    fn write_ended(&mut self, name: &str) -> u64 {
+        let Some(q) = self.writes.get_mut(name) else {
+            return 0;
+        };
+        let epoch = q.pop_front().unwrap_or(0);
+        if q.is_empty() {
+            self.writes.remove(name);
+        }
+        epoch
+    }
+
+    /// The names of the queued unlocks, taken off the queue; `None` when it is empty.
+    fn queued_unlocks(&mut self) -> Option<Vec<String>> {
+        (!self.unlocks.is_empty()).then(|| std::mem::take(&mut self.unlocks))
+    }
+
+    /// Counts one lock of each name asked for (before the call: a later unlock of the same
+    /// name, queued meanwhile, must not release it).
+    fn count_locks<'a>(&mut self, names: impl IntoIterator<Item = &'a str>) {
+        for name in names {
+            *self.locks.entry(name.to_string()).or_default() += 1;
         }
     }
 
-    /// The unlock script's arguments for the queued unlocks (this node, then the names),
-    /// taken off the queue; `None` when it is empty.
-    fn queued_unlocks(&mut self) -> Option<Vec<String>> {
-        (!self.unlocks.is_empty()).then(|| {
-            let mut args = vec![self.config.node.clone()];
-            args.append(&mut self.unlocks);
-            args
-        })
+    /// Releases one of this node's locks of each name: a name whose count reaches 0 is queued
+    /// to leave the node's set in the index; a name it does not hold is ignored. `queue`:
+    /// false for a lock the index refused (it never joined the set).
+    fn uncount_locks(&mut self, names: impl IntoIterator<Item = String>, queue: bool) {
+        for name in names {
+            let Some(n) = self.locks.get_mut(&name) else {
+                continue;
+            };
+            *n -= 1;
+            if *n == 0 {
+                self.locks.remove(&name);
+                if queue {
+                    self.unlocks.push(name);
+                }
+            }
+        }
     }
 
     /// Classifies a failed request: a connection that broke or timed out leaves the node alone
@@ -301,6 +378,7 @@ impl FleetIndex {
             tracing::warn!(node = %self.config.node, %reason, "fleet index unreachable; serving alone");
         }
         self.status.reason = Some(reason);
+        self.writes.clear();
         self.set_joined(false);
     }
 }

@@ -152,6 +152,7 @@ impl FleetShards {
             u.bytes += t.bytes;
             u.objects += t.objects;
             u.pending += t.pending;
+            u.claimed += t.claimed;
             for (salt, b) in &t.by_salt {
                 *u.by_salt.entry(salt.clone()).or_default() += b;
             }
@@ -161,8 +162,9 @@ impl FleetShards {
         }
         if self.n() > 1 {
             let n = self.n() as u64;
-            let stored = self.last.iter().map(|t| t.bytes).max().unwrap_or(0);
-            let landing = self.last.iter().map(|t| t.bytes + t.pending).max();
+            let stored_of = |t: &FleetUsage| t.bytes.saturating_sub(t.claimed);
+            let stored = self.last.iter().map(stored_of).max().unwrap_or(0);
+            let landing = self.last.iter().map(|t| stored_of(t) + t.pending).max();
             u.fullest = Some((n * stored, n * landing.unwrap_or(0)));
         }
         u
@@ -478,9 +480,10 @@ impl FleetShards {
     /// the tags that fill up. `IsolatedLRU` rounds (per salt) go to every tag.
     fn due(&self, i: usize, round: &FleetRound) -> bool {
         let (u, cap) = (&self.last[i], round.capacity as f64);
+        let stored = u.bytes.saturating_sub(u.claimed);
         round.per_salt
-            || u.bytes as f64 >= round.watermark * cap
-            || (u.bytes + u.pending + round.waiting) as f64 >= round.ahead * cap
+            || stored as f64 >= round.watermark * cap
+            || (stored + u.pending + round.waiting) as f64 >= round.ahead * cap
     }
 }
 

@@ -83,6 +83,10 @@ pub(super) struct FleetLink {
     rounds: usize,
     /// This node took the eviction lease in a round and has not given it up.
     leased: bool,
+    /// Releases of eviction rounds' deletes sent and not answered: each answer's usage decides
+    /// whether another round follows (see `rounds`), and the lease is given up only once none
+    /// is left.
+    releasing: usize,
     /// Period of the bucket listing that corrects the index (`None`: off).
     listing: Option<std::time::Duration>,
     /// A listing is in flight; when the last one started.
@@ -140,6 +144,7 @@ impl FleetLink {
             interval,
             rounds: 0,
             leased: false,
+            releasing: 0,
             listing: (config.listing_interval_secs > 0)
                 .then(|| std::time::Duration::from_secs(config.listing_interval_secs)),
             syncing: false,
@@ -652,12 +657,32 @@ impl BackendActor {
             kept,
             evicted,
         };
-        ctx.spawn(wrap_future::<_, Self>(index.send(msg)).map(|res, act, _| {
-            if let (Ok(Ok(usage)), Some(link)) = (res, act.fleet.as_mut()) {
-                act.metrics.fleet_usage(usage.bytes);
-                link.usage = Some(usage);
+        if evicted {
+            if let Some(link) = self.fleet.as_mut() {
+                link.releasing += 1;
             }
-        }));
+        }
+        ctx.spawn(
+            wrap_future::<_, Self>(index.send(msg)).map(move |res, act, ctx| {
+                let Some(link) = act.fleet.as_mut() else {
+                    return;
+                };
+                if evicted {
+                    link.releasing = link.releasing.saturating_sub(1);
+                }
+                if let Ok(Ok(usage)) = res {
+                    act.metrics.fleet_usage(usage.bytes);
+                    link.usage = Some(usage);
+                    // A round's deletes: its usage, read after them, says whether the next follows.
+                    if evicted {
+                        act.fleet_check(ctx);
+                    }
+                }
+                if evicted {
+                    act.fleet_rounds_done(ctx);
+                }
+            }),
+        );
     }
 
     /// Tells the index that loads found these objects missing.

@@ -60,9 +60,8 @@ impl BackendActor {
         } else {
             // With several hash tags, each evicts against its share of the capacity: the
             // fullest one decides.
-            let (stored, landing) = usage
-                .fullest
-                .unwrap_or((usage.bytes, usage.bytes + usage.pending));
+            let stored = usage.bytes.saturating_sub(usage.claimed);
+            let (stored, landing) = usage.fullest.unwrap_or((stored, stored + usage.pending));
             capacity > 0
                 && (stored as f64 >= watermark * capacity as f64
                     || (landing + link.waiting) as f64 >= link.landing * capacity as f64)
@@ -75,11 +74,13 @@ impl BackendActor {
 
     /// One fleet eviction round: one script reads the fleet's usage (less what rounds in
     /// flight have claimed), takes or renews the lease and claims the victims
-    /// ([`FleetRound`]); this node deletes them and releases the claims. A round that claimed
-    /// something is followed at once by another attempt, which the script ends when usage is
-    /// under the watermark; the holder's rounds overlap (up to [`MAX_ROUNDS`]) when stores
-    /// outrun one round's deletes, and the lease is given up when the last one ends (so the
-    /// next round runs on whichever node finds the bucket full first).
+    /// ([`FleetRound`]); this node deletes them and releases the claims. The release answers
+    /// with the usage after the deletes, and another round follows when that usage says one is
+    /// due ([`fleet_check`](Self::fleet_check); the script decides again, with the index's
+    /// figures then), so a round that brings the bucket under the watermark costs no further
+    /// call; the holder's rounds overlap (up to [`MAX_ROUNDS`]) when stores outrun one round's
+    /// deletes, and the lease is given up when the last one and its release have ended (so
+    /// the next round runs on whichever node finds the bucket full first).
     pub(in crate::backend) fn fleet_round(&mut self, ctx: &mut Context<Self>) {
         let (capacity, adapter) = (self.capacity_bytes, self.index);
         let Some(index) = self.fleet_index() else {
@@ -124,16 +125,24 @@ impl BackendActor {
             };
             link.rounds -= 1;
             link.leased |= claimed.is_some();
-            if claimed.is_some_and(|n| n > 0) {
-                act.fleet_round(ctx);
-            } else if link.rounds == 0 && std::mem::take(&mut link.leased) {
-                if let Some(index) = act.fleet_index() {
-                    ctx.spawn(
-                        wrap_future::<_, Self>(index.send(FleetLeaseRelease(Lease::Evict)))
-                            .map(|_, _, _| ()),
-                    );
-                }
-            }
+            act.fleet_rounds_done(ctx);
         }));
+    }
+
+    /// Gives the eviction lease up once this node's rounds and their releases have all ended
+    /// (a release's answer may start the next round first, see
+    /// [`fleet_round`](Self::fleet_round)).
+    pub(in crate::backend) fn fleet_rounds_done(&mut self, ctx: &mut Context<Self>) {
+        let Some(link) = self.fleet.as_mut() else {
+            return;
+        };
+        if link.rounds == 0 && link.releasing == 0 && std::mem::take(&mut link.leased) {
+            if let Some(index) = self.fleet_index() {
+                ctx.spawn(
+                    wrap_future::<_, Self>(index.send(FleetLeaseRelease(Lease::Evict)))
+                        .map(|_, _, _| ()),
+                );
+            }
+        }
     }
 }

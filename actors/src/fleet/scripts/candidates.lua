@@ -3,7 +3,7 @@
 local limit, scan = tonumber(ARGV[2]), tonumber(ARGV[3])
 local names = redis.call('ZRANGE', p..'recency', 0, scan - 1)
 local free = free_of(names)
-local size = hmget(p..'size', names)
+local size = size_map(names)
 local out = {}
 for _, name in ipairs(names) do
   if #out >= 2 * limit then break end

@@ -68,51 +68,40 @@ local function group_by_salt(names, salt)
   return order_, groups
 end
 
--- Adds `sign` x `counts` (name -> integer) to the counters of hash `key` for the distinct names
--- `order`; counters that reach 0 or less are deleted. Returns two maps: name -> the count
--- before, name -> after.
-local function counts_add(key, order, counts, sign)
-  local before, after = {}, {}
-  if #order == 0 then return before, after end
-  local now = call_chunked('HMGET', key, order)
-  local set, del = {}, {}
-  for i, name in ipairs(order) do
-    local b = tonumber(now[i] or '0')
-    local a = b + sign * counts[name]
-    before[name], after[name] = b, a
-    if a > 0 then
-      set[#set + 1] = name
-      set[#set + 1] = a
-    elseif now[i] then
-      del[#del + 1] = name
-    end
-  end
-  if #set > 0 then call_chunked('HSET', key, set, 2) end
-  if #del > 0 then call_chunked('HDEL', key, del) end
-  return before, after
-end
-
--- The distinct names of `names` in order, and name -> how many times it occurs.
-local function tally(names)
-  local d, k = {}, {}
-  for _, name in ipairs(names) do
-    local c = k[name]
-    if c == nil then
-      d[#d + 1] = name
-      k[name] = 1
-    else
-      k[name] = c + 1
-    end
-  end
-  return d, k
-end
-
 local function zadd_pairs(key, pairs)
   if #pairs > 0 then call_chunked('ZADD', key, pairs, 2) end
 end
 
 local function zrem_all(key, names)
   if #names > 0 then call_chunked('ZREM', key, names) end
+end
+
+-- The sizes the index knows of `names`, by position (false: unknown): the `size` sorted set
+-- (a sorted set, not a hash: past 128 members the server keeps it as a hash table, where a
+-- hash stays a list it scans up to 512 fields, 85 us for 25 names; docs/benchmarks.md).
+local function sizes_of(names)
+  if #names == 0 then return {} end
+  return call_chunked('ZMSCORE', p..'size', names)
+end
+-- The same as name -> size (false: unknown).
+local function size_map(names)
+  local out, s = {}, sizes_of(names)
+  for i, name in ipairs(names) do out[name] = s[i] end
+  return out
+end
+-- The salts of `names`, by position (false or absent: none); no read while no object has one.
+local function salts_of(names)
+  if #names == 0 or redis.call('EXISTS', p..'salt') == 0 then return {} end
+  return call_chunked('HMGET', p..'salt', names)
+end
+-- Whether a node is deleting each of `names`, by position (true, or false/absent); no read
+-- while none is.
+local function deleting_of(names)
+  local out = {}
+  if #names == 0 or redis.call('EXISTS', p..'deleting') == 0 then return out end
+  local r = call_chunked('SMISMEMBER', p..'deleting', names)
+  for i = 1, #names do out[i] = r[i] == 1 end
+  return out
 end
 
 -- Usage, as the batch changes it: `usage_start()` reads the object count (for the peak),
@@ -502,10 +491,25 @@ local function forget_all(names, evicted)
   names = distinct(names)
   if #names == 0 then return end
   local o = order()
+  if o == 'lru' and redis.call('EXISTS', p..'salt') == 0 then
+    -- No object has a salt: the same, in one pass.
+    local size, known, bytes = sizes_of(names), {}, 0
+    for i = 1, #names do
+      if size[i] then
+        known[#known + 1] = names[i]
+        bytes = bytes + tonumber(size[i])
+      end
+    end
+    if #known > 0 then usage_add('', -bytes, -#known) end
+    zrem_all(p..'size', known)
+    zrem_all(p..'srec:', known)
+    zrem_all(p..'recency', names)
+    return
+  end
   if o == 'arc' then
     for _, name in ipairs(names) do arc_forget(name, evicted) end
   end
-  local size, salt = call_chunked('HMGET', p..'size', names), call_chunked('HMGET', p..'salt', names)
+  local size, salt = sizes_of(names), salts_of(names)
   local known, salted, salts = {}, {}, {}
   for i, name in ipairs(names) do
     if size[i] then
@@ -516,7 +520,7 @@ local function forget_all(names, evicted)
       usage_add(s, -tonumber(size[i]), -1)
     end
   end
-  if #known > 0 then call_chunked('HDEL', p..'size', known) end
+  zrem_all(p..'size', known)
   if #salted > 0 then call_chunked('HDEL', p..'salt', salted) end
   local salt_order, by_salt = group_by_salt(known, salts)
   for _, s in ipairs(salt_order) do zrem_all(p..'srec:'..s, by_salt[s]) end
@@ -524,29 +528,66 @@ local function forget_all(names, evicted)
   if o == 'flru' then unuse_all(p, names, math.max(4096, 16 * peak())) end
 end
 
--- Names no node locks and none is deleting, of `names`: name -> true.
+-- The nodes the index lists (live, or lapsed and not reaped yet: their locks still hold).
+local function listed_nodes()
+  return redis.call('ZRANGE', p..'nodes', 0, -1)
+end
+
+-- Names no node locks and none is deleting, of `names`: name -> true. A node's locks are the
+-- set `held:NODE` (the node counts its own locks of a name and adds or removes the name when
+-- its count leaves or reaches 0), so a name is locked when it is in any node's set.
 local function free_of(names)
   local out = {}
   if #names == 0 then return out end
-  local locks = call_chunked('HMGET', p..'locks', names)
-  local deleting = {}
-  if redis.call('EXISTS', p..'deleting') == 1 then deleting = call_chunked('HMGET', p..'deleting', names) end
+  local deleting = deleting_of(names)
+  local taken = {}
+  for i = 1, #names do taken[i] = deleting[i] end
+  for _, node in ipairs(listed_nodes()) do
+    local key = p..'held:'..node
+    if redis.call('EXISTS', key) == 1 then
+      local r = call_chunked('SMISMEMBER', key, names)
+      for i = 1, #names do
+        if r[i] == 1 then taken[i] = true end
+      end
+    end
+  end
   for i, name in ipairs(names) do
-    if not locks[i] and not deleting[i] then out[name] = true end
+    if not taken[i] then out[name] = true end
   end
   return out
 end
 
--- Claims the deletion of `names` (distinct, free) for `node`.
-local function claim_all(node, names)
-  if #names == 0 then return end
-  local pairs_ = {}
-  for _, name in ipairs(names) do
-    pairs_[#pairs_ + 1] = name
-    pairs_[#pairs_ + 1] = node
+-- The usage field `claimed` is the bytes of the names in `deleting`, at their sizes now (a
+-- claimed name's size changes only by a STORED, which keeps the sum).
+local function claimed_add(bytes)
+  if bytes ~= 0 and redis.call('HINCRBY', p..'usage', 'claimed', bytes) <= 0 then
+    redis.call('HDEL', p..'usage', 'claimed')
   end
-  call_chunked('HSET', p..'deleting', pairs_, 2)
+end
+-- The sum of sizes (by position; false: 0).
+local function sum_of(sizes)
+  local bytes = 0
+  for i = 1, #sizes do
+    if sizes[i] then bytes = bytes + tonumber(sizes[i]) end
+  end
+  return bytes
+end
+-- Claims the deletion of `names` (distinct, free) for `node`: they join `deleting` and the
+-- node's `claims:NODE`. Returns their sizes by position (false: unknown to the index).
+local function claim_all(node, names)
+  if #names == 0 then return {} end
+  local size = sizes_of(names)
+  call_chunked('SADD', p..'deleting', names)
   call_chunked('SADD', p..'claims:'..node, names)
+  claimed_add(sum_of(size))
+  return size
+end
+-- Ends `node`'s claims of `names` (distinct, ones it holds), before any is forgotten.
+local function unclaim_all(node, names)
+  if #names == 0 then return end
+  claimed_add(-sum_of(sizes_of(names)))
+  call_chunked('SREM', p..'claims:'..node, names)
+  call_chunked('SREM', p..'deleting', names)
 end
 
 local function pending_add(node, delta)
@@ -563,74 +604,74 @@ local function pending_total(u)
   return total
 end
 
--- Ends writes of the distinct `names` (`n` each: name -> n): `writing` goes down by that
--- many, and a name whose last write ended is no longer tainted.
-local function writes_ended(names, n)
+-- Stores racing deletions, by epoch: each announced write takes the next `epoch` and is in
+-- flight in `inflight` (sorted set: `NODE:EPOCH` -> epoch) until its STORED. A release
+-- records each name it removed in `gone` with the epoch then, while any write is in flight
+-- (with none, no later STORED can be of a write announced before it). A write announced at
+-- `e` whose name is in `gone` at `e` or later may have landed before that delete, so its
+-- STORED does not add it. `gone` keeps what a write in flight may need: the names removed
+-- since the oldest announcement in flight, and at most GONE_KEEP of them (the oldest go
+-- first; `gone_floor` is the highest epoch dropped so, and a write announced at or before it
+-- is not added at all: it cannot be told apart; a lookup probes the store for it). A write
+-- made without an announcement (epoch 0: the index was unreachable then, or its reply was
+-- lost) is never added.
+local GONE_KEEP = 100000
+local function gone_record(names)
   if #names == 0 then return end
-  local _, after = counts_add(p..'writing', names, n, -1)
-  if redis.call('EXISTS', p..'tainted') == 0 then return end
-  local clean = {}
-  for _, name in ipairs(names) do
-    if after[name] <= 0 then clean[#clean + 1] = name end
+  local oldest = redis.call('ZRANGE', p..'inflight', 0, 0, 'WITHSCORES')
+  if #oldest == 0 then
+    redis.call('DEL', p..'gone')
+    return
   end
-  if #clean > 0 then call_chunked('HDEL', p..'tainted', clean) end
-end
-
--- Takes `names` (one per occurrence) off a node's own counters in hash `key` (`writes:NODE`,
--- `held:NODE`), never below what it had: the names it had, in order, and name -> how many
--- were taken; nil when `names` is empty.
-local function own_take(key, names)
-  local d, k = tally(names)
-  if #d == 0 then return nil end
-  local before = counts_add(key, d, k, -1)
-  local took = {}
-  for _, name in ipairs(d) do
-    local e = math.min(k[name], math.max(0, before[name]))
-    if e > 0 then
-      took[#took + 1] = name
-      k[name] = e
-    end
+  redis.call('ZREMRANGEBYSCORE', p..'gone', '-inf', '('..oldest[2])
+  local e = tonumber(redis.call('GET', p..'epoch') or '0')
+  local pairs_ = {}
+  for i, name in ipairs(names) do
+    pairs_[2 * i - 1], pairs_[2 * i] = e, name
   end
-  return took, k
-end
-
--- Ends this node's writes of `names` (one per occurrence): a name it is not writing is
--- ignored.
-local function my_writes_ended(node, names)
-  local ended, n = own_take(p..'writes:'..node, names)
-  if ended then writes_ended(ended, n) end
-end
-
--- Releases `node`'s locks of `names`, one per occurrence; a name it does not hold is ignored.
-local function unlock_all(node, names)
-  local held, n = own_take(p..'held:'..node, names)
-  if held then counts_add(p..'locks', held, n, -1) end
-end
-
--- A hash of counters (`held:NODE`, `writes:NODE`) as its positive names and name -> count.
-local function counters(key)
-  local all = redis.call('HGETALL', key)
-  local names, n = {}, {}
-  for i = 1, #all, 2 do
-    local c = tonumber(all[i + 1])
-    if c > 0 then
-      names[#names + 1] = all[i]
-      n[all[i]] = c
-    end
+  call_chunked('ZADD', p..'gone', pairs_, 2)
+  local n = redis.call('ZCARD', p..'gone')
+  if n > GONE_KEEP then
+    local cut = n - GONE_KEEP
+    local last = redis.call('ZRANGE', p..'gone', cut - 1, cut - 1, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', p..'gone', 0, cut - 1)
+    redis.call('SET', p..'gone_floor', last[2])
   end
-  return names, n
+end
+-- Of `names` (written by a write announced at epoch `e`), by position: true for those a
+-- deletion may have removed since (see above).
+local function gone_since(names, e)
+  local out = {}
+  if #names == 0 then return out end
+  if e <= tonumber(redis.call('GET', p..'gone_floor') or '0') then
+    for i = 1, #names do out[i] = true end
+    return out
+  end
+  if redis.call('EXISTS', p..'gone') == 0 then return out end
+  local g = call_chunked('ZMSCORE', p..'gone', names)
+  for i = 1, #names do out[i] = g[i] ~= false and tonumber(g[i]) >= e end
+  return out
+end
+-- `node`'s writes announced at these epochs are no longer in flight.
+local function writes_ended(node, epochs)
+  if #epochs == 0 then return end
+  local members = {}
+  for i, e in ipairs(epochs) do members[i] = node..':'..e end
+  call_chunked('ZREM', p..'inflight', members)
 end
 
 local function drop_node(node)
-  local names, n = counters(p..'held:'..node)
-  counts_add(p..'locks', names, n, -1)
   redis.call('DEL', p..'held:'..node)
-  local claimed = redis.call('SMEMBERS', p..'claims:'..node)
-  if #claimed > 0 then call_chunked('HDEL', p..'deleting', claimed) end
+  local mine, head = {}, node..':'
+  for _, m in ipairs(redis.call('ZRANGE', p..'inflight', 0, -1)) do
+    if string.sub(m, 1, #head) == head and string.match(string.sub(m, #head + 1), '^%d+$') then
+      mine[#mine + 1] = m
+    end
+  end
+  if #mine > 0 then call_chunked('ZREM', p..'inflight', mine) end
+  unclaim_all(node, redis.call('SMEMBERS', p..'claims:'..node))
   redis.call('DEL', p..'claims:'..node)
   redis.call('HDEL', p..'usage', 'pending:'..node)
-  writes_ended(counters(p..'writes:'..node))
-  redis.call('DEL', p..'writes:'..node)
   for _, lease in ipairs({'lease', 'listing'}) do
     if redis.call('GET', p..lease) == node then
       redis.call('DEL', p..lease)

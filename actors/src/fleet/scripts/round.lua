@@ -1,6 +1,7 @@
 -- ARGV: p, node, ttl_ms, capacity, watermark, ratio, policy (`per_salt`: IsolatedLRU, below;
 -- else by capacity), ahead, catch_up, waiting. Starts an eviction round, atomically.
--- `stored` is the objects the index knows less those claimed for deletion (rounds in flight);
+-- `stored` is the objects the index knows less those claimed for deletion (rounds in flight;
+-- at their sizes when claimed, the usage field `claimed`);
 -- `landing` adds the bytes live nodes are writing and the bytes this node waits to write
 -- (`waiting`: WRITING found the bucket full for them). When `stored` is under
 -- `watermark x capacity` and `landing` under `ahead x capacity`: returns {0}. When another node
@@ -24,11 +25,10 @@ local function due_count(n, stored, mark, average)
 end
 -- Claims `names` (distinct, free) for this round: into `out` with their sizes.
 local function victims(names, out)
-  claim_all(node, names)
-  local size = hmget(p..'size', names)
-  for _, name in ipairs(names) do
+  local size = claim_all(node, names)
+  for i, name in ipairs(names) do
     out[#out + 1] = name
-    out[#out + 1] = size[name] or '0'
+    out[#out + 1] = size[i] or '0'
   end
 end
 -- The first `limit` free names of sorted set `set`, among its 4 x limit + 64 + skip lowest.
@@ -106,7 +106,10 @@ end
 -- the names still known, free and not touched since.
 -- The tick of each known name's last store or hit (0 for one a listing added): name -> tick.
 local function last_uses(names)
-  local salt_order, by_salt = group_by_salt(names, hmget(p..'salt', names))
+  local salt = salts_of(names)
+  local by_name = {}
+  for i, name in ipairs(names) do by_name[name] = salt[i] end
+  local salt_order, by_salt = group_by_salt(names, by_name)
   local out = {}
   for _, s in ipairs(salt_order) do
     local l = by_salt[s]
@@ -117,7 +120,7 @@ local function last_uses(names)
 end
 local function rates_fill(prior, clock)
   local cap = peak()
-  local names = redis.call('HKEYS', p..'size')
+  local names = redis.call('ZRANGE', p..'size', 0, -1)
   local free = free_of(names)
   local last = last_uses(names)
   local uses, first = hmget(p..'uses', names), hmget(p..'first', names)
@@ -157,7 +160,7 @@ local function rates_take(limit, prior, out)
       popped = redis.call('LPOP', p..'rates', limit - taken)
       if not popped then break end
     end
-    local size = hmget(p..'size', popped)
+    local size = size_map(popped)
     local known = {}
     for _, name in ipairs(popped) do
       if size[name] then known[#known + 1] = name end
@@ -184,8 +187,8 @@ if ARGV[7] == 'per_salt' then
     if string.sub(f, 1, 5) == 'salt:' then bytes[string.sub(f, 6)] = tonumber(u[i + 1]) end
     if string.sub(f, 1, 6) == 'quota:' then quota[string.sub(f, 7)] = tonumber(u[i + 1]) end
   end
-  local deleting = redis.call('HKEYS', p..'deleting')
-  local dsalt, dsize = hmget(p..'salt', deleting), hmget(p..'size', deleting)
+  local deleting = redis.call('SMEMBERS', p..'deleting')
+  local dsalt, dsize = hmget(p..'salt', deleting), size_map(deleting)
   local claimed, claimed_n = {}, {}
   for _, name in ipairs(deleting) do
     local salt = dsalt[name] or ''
@@ -216,16 +219,13 @@ if ARGV[7] == 'per_salt' then
   return out
 end
 local u = redis.call('HGETALL', p..'usage')
-local known, objects = 0, 0
+local known, objects, claimed = 0, 0, 0
 for i = 1, #u, 2 do
   if u[i] == 'bytes' then known = tonumber(u[i + 1]) end
   if u[i] == 'objects' then objects = tonumber(u[i + 1]) end
+  if u[i] == 'claimed' then claimed = math.max(0, tonumber(u[i + 1])) end
 end
-local deleting = redis.call('HKEYS', p..'deleting')
-local claimed = 0
-for _, s in ipairs(call_chunked('HMGET', p..'size', deleting)) do
-  claimed = claimed + tonumber(s or '0')
-end
+local n_deleting = redis.call('SCARD', p..'deleting')
 local stored = known - claimed
 local landing = stored + pending_total(u) + tonumber(ARGV[10])
 local mark, ahead = watermark * capacity, tonumber(ARGV[8]) * capacity
@@ -237,17 +237,17 @@ local average = 1
 if known > 0 and objects > 0 then average = known / objects end
 local limit = 0
 if stored >= mark then
-  limit = due_count(objects - #deleting, stored, mark, average)
+  limit = due_count(objects - n_deleting, stored, mark, average)
 end
 if landing >= ahead then
   limit = math.max(limit, math.ceil((landing - ahead) / average))
 end
 local out = {1}
 if order() == 'arc' then
-  arc_take(math.max(1, limit), deleting, out)
+  arc_take(math.max(1, limit), redis.call('SMEMBERS', p..'deleting'), out)
 elseif order() == 'flru' and PRIOR[flru_mode()] then
   rates_take(math.max(1, limit), PRIOR[flru_mode()], out)
 else
-  take(p..'recency', math.max(1, limit), #deleting, out)
+  take(p..'recency', math.max(1, limit), n_deleting, out)
 end
 return out

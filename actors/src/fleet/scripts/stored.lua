@@ -1,37 +1,76 @@
--- ARGV: p, node, written, ended_bytes, n_ended, n_ended names, then (name, salt, size,
+-- ARGV: p, node, written, ended_bytes, epoch, m, then m epochs, then (name, salt, size,
 -- sampled) per object (`sampled` = 1: FLRU's shadows sample it). The objects are now in the
--- store: this node's writes (`written` = 1) or objects a probe found (0). The ended names and
--- bytes end this node's writes announced by WRITING (written or failed). A written object
--- whose name a deletion tainted meanwhile is not added. Returns the usage hash. Objects are
--- touched last first, so the first of a batch (a request's first chunk) is the most recent,
--- as on one node.
-local node, written, n = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5])
+-- store: this node's writes (`written` = 1, the oldest announced by WRITING at `epoch`; 0: no
+-- announcement known) or objects a probe found (0). `ended_bytes` and the m epochs end this
+-- node's writes in flight announced by WRITING (written or failed). A written object that a
+-- deletion may have removed since its announcement is not added (see `gone_since`), nor one
+-- written without an announcement. Returns the usage hash. Objects are touched last first, so
+-- the first of a batch (a request's first chunk) is the most recent, as on one node.
+local node, written, epoch, m = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5]), tonumber(ARGV[6])
 pending_add(node, -tonumber(ARGV[4]))
--- The objects, last first.
-local names, salts, sizes, sampled = {}, {}, {}, {}
-for i = #ARGV - 3, 6 + n, -4 do
-  local j = #names + 1
-  names[j], salts[j], sizes[j], sampled[j] = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3] == '1'
-end
+if m > 0 then writes_ended(node, {unpack(ARGV, 7, 6 + m)}) end
+local first = 7 + m
+local n = (#ARGV - first + 1) / 4
+if n < 1 then return redis.call('HGETALL', p..'usage') end
+-- The objects, last first: object k is at ARGV[#ARGV - 4k + 1].
+local names = {}
+for i = #ARGV - 3, first, -4 do names[#names + 1] = ARGV[i] end
 local tainted = {}
-if written and #names > 0 and redis.call('EXISTS', p..'tainted') == 1 then
-  tainted = call_chunked('HMGET', p..'tainted', names)
+if written then
+  if epoch > 0 then
+    tainted = gone_since(names, epoch)
+  else
+    for k = 1, n do tainted[k] = true end
+  end
 end
-local old_size, old_salt = {}, {}
-if #names > 0 then
-  old_size = call_chunked('HMGET', p..'size', names)
-  old_salt = call_chunked('HMGET', p..'salt', names)
+local old_size, dying = sizes_of(names), deleting_of(names)
+-- The common batch in one pass: LRU, every object unsalted, new to the index, not claimed,
+-- not tainted and given once. It leaves what the general path below would, with less Lua per name.
+if order() == 'lru' then
+  local t0 = tonumber(redis.call('GET', p..'clock') or '0') + 1
+  local fast, seen, sizes_, rec, bytes = true, {}, {}, {}, 0
+  for k = 1, n do
+    local i, name = #ARGV - 4 * k + 1, names[k]
+    if ARGV[i + 1] ~= '' or old_size[k] or tainted[k] or seen[name] or dying[k] then
+      fast = false
+      break
+    end
+    seen[name] = true
+    local size = ARGV[i + 2]
+    bytes = bytes + tonumber(size)
+    sizes_[2 * k - 1], sizes_[2 * k] = size, name
+    rec[2 * k - 1], rec[2 * k] = t0 + k - 1, name
+  end
+  if fast then
+    call_chunked('ZADD', p..'size', sizes_, 2)
+    usage_add('', bytes, n)
+    usage_flush()
+    redis.call('INCRBY', p..'clock', n)
+    zadd_pairs(p..'recency', rec)
+    zadd_pairs(p..'srec:', rec)
+    return redis.call('HGETALL', p..'usage')
+  end
 end
+local salts, sizes, sampled = {}, {}, {}
+for k = 1, n do
+  local i = #ARGV - 4 * k + 1
+  salts[k], sizes[k], sampled[k] = ARGV[i + 1], tonumber(ARGV[i + 2]), ARGV[i + 3] == '1'
+end
+local old_salt = salts_of(names)
 -- Per name: its size and salt as the batch leaves it, whether it had a salt, and the salts'
 -- recencies it left (name, salt pairs).
 local cur_size, cur_salt, had_salt, left = {}, {}, {}, {}
+-- A claimed name's size as it was (the usage field `claimed` follows its size).
+local claimed_was = {}
 local tn, ts, tsampled = {}, {}, {}
+local any_salt = false
 for i, name in ipairs(names) do
   if not tainted[i] then
     local old, was = cur_size[name], cur_salt[name]
     if old == nil then
       old, was = tonumber(old_size[i] or '0'), old_salt[i] or ''
       had_salt[name] = was ~= ''
+      if dying[i] then claimed_was[name] = old end
     end
     local s = salts[i]
     if old > 0 then
@@ -41,6 +80,7 @@ for i, name in ipairs(names) do
         left[#left + 1] = was
       end
     end
+    if s ~= '' or had_salt[name] then any_salt = true end
     cur_size[name], cur_salt[name] = sizes[i], s
     usage_add(s, sizes[i], 1)
     tn[#tn + 1] = name
@@ -50,16 +90,20 @@ for i, name in ipairs(names) do
 end
 if #tn > 0 then
   local sizes_, salted, unsalted, done = {}, {}, {}, {}
+  local claimed_delta = 0
   for _, name in ipairs(tn) do
     if not done[name] then
       done[name] = true
-      sizes_[#sizes_ + 1] = name
+      if claimed_was[name] then claimed_delta = claimed_delta + cur_size[name] - claimed_was[name] end
       sizes_[#sizes_ + 1] = cur_size[name]
-      if cur_salt[name] ~= '' then
-        salted[#salted + 1] = name
-        salted[#salted + 1] = cur_salt[name]
-      elseif had_salt[name] then
-        unsalted[#unsalted + 1] = name
+      sizes_[#sizes_ + 1] = name
+      if any_salt then
+        if cur_salt[name] ~= '' then
+          salted[#salted + 1] = name
+          salted[#salted + 1] = cur_salt[name]
+        elseif had_salt[name] then
+          unsalted[#unsalted + 1] = name
+        end
       end
     end
   end
@@ -67,13 +111,11 @@ if #tn > 0 then
   for i = 1, #left, 2 do
     if cur_salt[left[i]] ~= left[i + 1] then redis.call('ZREM', p..'srec:'..left[i + 1], left[i]) end
   end
-  call_chunked('HSET', p..'size', sizes_, 2)
+  call_chunked('ZADD', p..'size', sizes_, 2)
   if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
   if #unsalted > 0 then call_chunked('HDEL', p..'salt', unsalted) end
   usage_flush()
+  claimed_add(claimed_delta)
   refresh_all(tn, ts, ticks(#tn), true, tsampled)
 end
-local ended = {}
-for i = 6, 6 + n - 1 do ended[#ended + 1] = ARGV[i] end
-my_writes_ended(node, ended)
 return redis.call('HGETALL', p..'usage')

@@ -7,14 +7,15 @@ for i = 3, #ARGV, 4 do names[#names + 1] = ARGV[i] end
 if #names == 0 then return 0 end
 call_chunked('SADD', p..'seen:'..node, names)
 local d = distinct(names)
-local size, deleting = hmget(p..'size', d), hmget(p..'deleting', d)
+local size, deleting = size_map(d), {}
+for i, dying in ipairs(deleting_of(d)) do deleting[d[i]] = dying end
 local added, sizes, salted, anames, asalts = {}, {}, {}, {}, {}
 for i = 3, #ARGV, 4 do
   local name, salt, bytes = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if not size[name] and not deleting[name] and not added[name] then
     added[name] = true
-    sizes[#sizes + 1] = name
     sizes[#sizes + 1] = bytes
+    sizes[#sizes + 1] = name
     if salt ~= '' then
       salted[#salted + 1] = name
       salted[#salted + 1] = salt
@@ -25,7 +26,7 @@ for i = 3, #ARGV, 4 do
   end
 end
 if #anames == 0 then return 0 end
-call_chunked('HSET', p..'size', sizes, 2)
+call_chunked('ZADD', p..'size', sizes, 2)
 if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
 usage_flush()
 refresh_all(anames, asalts, 0, false, {})

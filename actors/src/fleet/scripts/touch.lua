@@ -6,7 +6,7 @@ for i = #ARGV - 1, 2, -2 do
   sampled[#names] = ARGV[i + 1] == '1'
 end
 if #names == 0 then return 0 end
-local size = call_chunked('HMGET', p..'size', names)
+local size = sizes_of(names)
 local known, ksampled = {}, {}
 for i, name in ipairs(names) do
   if size[i] then
@@ -15,7 +15,7 @@ for i, name in ipairs(names) do
   end
 end
 if #known > 0 then
-  local salt = call_chunked('HMGET', p..'salt', known)
+  local salt = salts_of(known)
   for i = 1, #known do salt[i] = salt[i] or '' end
   refresh_all(known, salt, ticks(#known), true, ksampled)
 end

@@ -6,7 +6,7 @@
 //! under the fleet's `ARC` and `FLRU` orders a round must claim as many as the model's, each
 //! a known name no node locks or deletes, and the model follows the index's choice.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
@@ -104,9 +104,9 @@ struct Model {
     clock: u64,
     locks: [BTreeMap<String, u32>; NODES],
     deleting: BTreeMap<String, usize>,
-    writes: [VecDeque<(String, u64)>; NODES],
-    writing: BTreeMap<String, u32>,
-    tainted: BTreeSet<String>,
+    /// Each node's writes in flight: name, size, and whether a deletion of the name came
+    /// since the write was announced (then its end does not add it).
+    writes: [VecDeque<(String, u64, bool)>; NODES],
     lease: Option<usize>,
 }
 
@@ -126,7 +126,7 @@ impl Model {
 
     fn usage(&self) -> (u64, u64, u64) {
         let bytes = self.known.values().map(|(s, _)| s).sum();
-        let pending = self.writes.iter().flatten().map(|(_, s)| s).sum();
+        let pending = self.writes.iter().flatten().map(|(_, s, _)| s).sum();
         (bytes, self.known.len() as u64, pending)
     }
 
@@ -273,8 +273,10 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                     m.deleting.remove(name);
                     if removed {
                         m.known.remove(name);
-                        if m.writing.contains_key(name) {
-                            m.tainted.insert(name.clone());
+                        for w in m.writes.iter_mut().flatten() {
+                            if w.0 == *name {
+                                w.2 = true;
+                            }
                         }
                     }
                 }
@@ -300,8 +302,7 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                 let (bytes, _, pending) = m.usage();
                 let started = !limited || bytes + pending + size <= CAPACITY;
                 if started {
-                    m.writes[node].push_back((n(name), size));
-                    *m.writing.entry(n(name)).or_default() += 1;
+                    m.writes[node].push_back((n(name), size, false));
                 }
                 let msg = FleetWriting {
                     names: vec![n(name)],
@@ -313,17 +314,11 @@ async fn run_case(url: &str, case: u64, ops: Vec<Op>, order: FleetOrder) {
                 Some(got.usage)
             }
             Op::EndWrite { node, ok } => {
-                let Some((name, size)) = m.writes[node].pop_front() else {
+                let Some((name, size, tainted)) = m.writes[node].pop_front() else {
                     continue;
                 };
-                if ok && !m.tainted.contains(&name) {
+                if ok && !tainted {
                     m.add(&name, size);
-                }
-                let count = m.writing.get_mut(&name).unwrap();
-                *count -= 1;
-                if *count == 0 {
-                    m.writing.remove(&name);
-                    m.tainted.remove(&name);
                 }
                 let msg = FleetStored {
                     objects: if ok {

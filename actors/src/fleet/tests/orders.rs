@@ -74,7 +74,7 @@ fn index_read(redis: &RedisServer, key: &str, field: Option<&str>) -> Option<Str
         .unwrap()
         .get_connection()
         .unwrap();
-    let key = format!("kvtier:{{s3:127.0.0.1/bucket/prefix}}:{key}");
+    let key = format!("kvtier:{{s3:127.0.0.1/bucket/prefix}}:{LAYOUT}:{key}");
     match field {
         Some(field) => redis::cmd("HGET").arg(key).arg(field).query(&mut con),
         None => redis::cmd("GET").arg(key).query(&mut con),

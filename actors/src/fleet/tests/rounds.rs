@@ -120,7 +120,7 @@ async fn a_batchs_first_name_is_its_most_recent() {
     // Stored in one batch, then locked in one batch: as on one node, a request's first chunk
     // is touched last, so its suffix goes first and its prefix stays.
     let batch = ["p0", "p1", "p2"].map(|n| obj(n, "", 10)).to_vec();
-    a.send(written(batch, &[], 0)).await.unwrap().unwrap();
+    a.send(FleetStored::found(batch)).await.unwrap().unwrap();
     assert_eq!(
         claimed(a.send(round(30)).await.unwrap().unwrap()),
         names(&["p2"]),

@@ -40,6 +40,53 @@ async fn a_write_that_a_deletion_may_have_removed_is_not_added() {
     assert_eq!((u.bytes, u.objects), (0, 0));
 }
 
+/// The taint is a write's, not a name's: a write announced after the deletion is added even
+/// while an earlier write of the name, announced before it, is still in flight (and is not).
+/// A write made without an announcement (the index was unreachable then) is never added: the
+/// index cannot tell whether a deletion came after it (a lookup probes the store instead).
+#[actix_rt::test]
+async fn a_write_announced_after_the_deletion_is_added_and_one_before_it_is_not() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    found(&a, "x", "", 100).await;
+    assert_eq!(claim(&a, &["x"]).await, names(&["x"]));
+    b.send(writing(&["x"], 300)).await.unwrap().unwrap();
+    deleted(&a, &["x"]).await;
+    // a writes x after the delete: its PUT lands after the DELETE, so the store holds it.
+    a.send(writing(&["x"], 200)).await.unwrap().unwrap();
+    let u = a
+        .send(written(vec![obj("x", "", 200)], &["x"], 200))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (u.bytes, u.objects, u.pending),
+        (200, 1, 300),
+        "added: announced after the deletion"
+    );
+    let u = b
+        .send(written(vec![obj("x", "", 300)], &["x"], 300))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (u.bytes, u.objects, u.pending),
+        (200, 1, 0),
+        "b's write, announced before, changes nothing"
+    );
+    // Unannounced: not added.
+    let u = b
+        .send(written(vec![obj("x", "", 50), obj("y", "", 50)], &[], 0))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (u.bytes, u.objects),
+        (200, 1),
+        "neither added, x left at 200"
+    );
+}
+
 /// With a limit, a write is announced only while the bucket's footprint stays within it: the
 /// objects known (claimed ones too, which the bucket holds until deleted), every node's writes
 /// in flight, and this one. A refused write records nothing.
