@@ -486,30 +486,37 @@ local function arc_forget(name, evicted)
 end
 
 -- Removes objects from the index and its usage (`evicted`: by an eviction round, so ARC
--- keeps their ghosts), in order; a name given twice is forgotten once.
-local function forget_all(names, evicted)
+-- keeps their ghosts), in order; a name given twice is forgotten once. `known`: name -> size
+-- as the caller has just read it (else read here).
+local function forget_all(names, evicted, known)
   names = distinct(names)
   if #names == 0 then return end
+  local function sizes_here()
+    if not known then return sizes_of(names) end
+    local out = {}
+    for i, name in ipairs(names) do out[i] = known[name] end
+    return out
+  end
   local o = order()
   if o == 'lru' and redis.call('EXISTS', p..'salt') == 0 then
     -- No object has a salt: the same, in one pass.
-    local size, known, bytes = sizes_of(names), {}, 0
+    local size, held, bytes = sizes_here(), {}, 0
     for i = 1, #names do
       if size[i] then
-        known[#known + 1] = names[i]
+        held[#held + 1] = names[i]
         bytes = bytes + tonumber(size[i])
       end
     end
-    if #known > 0 then usage_add('', -bytes, -#known) end
-    zrem_all(p..'size', known)
-    zrem_all(p..'srec:', known)
+    if #held > 0 then usage_add('', -bytes, -#held) end
+    zrem_all(p..'size', held)
+    zrem_all(p..'srec:', held)
     zrem_all(p..'recency', names)
     return
   end
   if o == 'arc' then
     for _, name in ipairs(names) do arc_forget(name, evicted) end
   end
-  local size, salt = sizes_of(names), salts_of(names)
+  local size, salt = sizes_here(), salts_of(names)
   local known, salted, salts = {}, {}, {}
   for i, name in ipairs(names) do
     if size[i] then
@@ -582,10 +589,11 @@ local function claim_all(node, names)
   claimed_add(sum_of(size))
   return size
 end
--- Ends `node`'s claims of `names` (distinct, ones it holds), before any is forgotten.
-local function unclaim_all(node, names)
+-- Ends `node`'s claims of `names` (distinct, ones it holds), before any is forgotten; `sizes`:
+-- their sizes by position, as just read (else read here).
+local function unclaim_all(node, names, sizes)
   if #names == 0 then return end
-  claimed_add(-sum_of(sizes_of(names)))
+  claimed_add(-sum_of(sizes or sizes_of(names)))
   call_chunked('SREM', p..'claims:'..node, names)
   call_chunked('SREM', p..'deleting', names)
 end

@@ -18,9 +18,11 @@ for i, name in ipairs(names) do
     end
   end
 end
-unclaim_all(node, mine)
+local sizes, known = sizes_of(mine), {}
+for i, name in ipairs(mine) do known[name] = sizes[i] end
+unclaim_all(node, mine, sizes)
 if #gone > 0 then
-  forget_all(gone, evicted)
+  forget_all(gone, evicted, known)
   usage_flush()
   gone_record(gone)
 end
