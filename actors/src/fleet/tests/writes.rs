@@ -54,37 +54,29 @@ async fn a_write_announced_after_the_deletion_is_added_and_one_before_it_is_not(
     deleted(&a, &["x"]).await;
     // a writes x after the delete: its PUT lands after the DELETE, so the store holds it.
     a.send(writing(&["x"], 200)).await.unwrap().unwrap();
-    let u = a
-        .send(written(vec![obj("x", "", 200)], &["x"], 200))
-        .await
-        .unwrap()
-        .unwrap();
+    // (bytes, objects, pending) after a node's write ends, having written `objects`.
+    let end = |node: &Addr<FleetIndex>,
+               objects: Vec<FleetObject>,
+               ended: &'static [&'static str],
+               size| {
+        let msg = written(objects, ended, size);
+        let node = node.clone();
+        async move {
+            let u = node.send(msg).await.unwrap().unwrap();
+            (u.bytes, u.objects, u.pending)
+        }
+    };
+    let added = end(&a, vec![obj("x", "", 200)], &["x"], 200).await;
+    assert_eq!(added, (200, 1, 300), "added: announced after the deletion");
+    let before = end(&b, vec![obj("x", "", 300)], &["x"], 300).await;
     assert_eq!(
-        (u.bytes, u.objects, u.pending),
-        (200, 1, 300),
-        "added: announced after the deletion"
-    );
-    let u = b
-        .send(written(vec![obj("x", "", 300)], &["x"], 300))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (u.bytes, u.objects, u.pending),
+        before,
         (200, 1, 0),
         "b's write, announced before, changes nothing"
     );
     // Unannounced: not added.
-    let u = b
-        .send(written(vec![obj("x", "", 50), obj("y", "", 50)], &[], 0))
-        .await
-        .unwrap()
-        .unwrap();
-    assert_eq!(
-        (u.bytes, u.objects),
-        (200, 1),
-        "neither added, x left at 200"
-    );
+    let alone = end(&b, vec![obj("x", "", 50), obj("y", "", 50)], &[], 0).await;
+    assert_eq!(alone, (200, 1, 0), "neither added, x left at 200");
 }
 
 /// With a limit, a write is announced only while the bucket's footprint stays within it: the
