@@ -43,11 +43,18 @@ pub(crate) struct FleetUsage {
     /// The fleet's `IsolatedLRU` quotas: salt → limit in bytes.
     pub(crate) quotas: BTreeMap<String, u64>,
     /// With the bucket split over `S` hash tags ([`FleetShards`](super::FleetShards)): `S` ×
-    /// the fullest tag's stored bytes (known, less claimed), and `S` × its stored plus pending
-    /// bytes. Each tag
-    /// evicts against `capacity / S`, so these (not the totals) say when a round is due;
-    /// `None` with one tag.
+    /// the fullest tag's [stored](Self::stored) bytes, and `S` × its stored plus pending
+    /// bytes. Each tag evicts against `capacity / S`, so these (not the totals) say when a
+    /// round is due; `None` with one tag.
     pub(crate) fullest: Option<(u64, u64)>,
+}
+
+impl FleetUsage {
+    /// The bytes a round counts as stored: those of every object the fleet knows, less those
+    /// claimed for deletion (as [`FleetRound`] decides).
+    pub(crate) fn stored(&self) -> u64 {
+        self.bytes.saturating_sub(self.claimed)
+    }
 }
 
 /// Why the fleet index did not answer.

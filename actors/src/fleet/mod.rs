@@ -263,9 +263,9 @@ impl FleetIndex {
         args: Vec<String>,
         parse: impl FnOnce(Value) -> Result<T, FleetError> + 'static,
     ) -> ResponseActFuture<Self, Result<T, FleetError>> {
-        let Some(mut conn) = self.conn.clone().filter(|_| self.status.joined) else {
-            let reason = self.status.reason.clone().unwrap_or_default();
-            return Box::pin(ready(Err(FleetError::Unreachable(reason))));
+        let mut conn = match self.joined_conn() {
+            Ok(conn) => conn,
+            Err(e) => return Box::pin(ready(Err(e))),
         };
         let unlocks = self
             .queued_unlocks()
@@ -285,6 +285,15 @@ impl FleetIndex {
         )
     }
 
+    /// The connection while this node is joined; else why it is not, as every message replies
+    /// then.
+    fn joined_conn(&self) -> Result<MultiplexedConnection, FleetError> {
+        self.conn
+            .clone()
+            .filter(|_| self.status.joined)
+            .ok_or_else(|| FleetError::Unreachable(self.status.reason.clone().unwrap_or_default()))
+    }
+
     /// Sends the queued unlocks now, if any are left.
     fn flush_unlocks(&mut self, ctx: &mut Context<Self>) {
         self.flush_due = false;
@@ -294,9 +303,9 @@ impl FleetIndex {
     /// Sends the queued unlocks now (one `SREM`); `Ok` at once when none is queued. While the
     /// index is unreachable they stay queued, for the first call after the node joins again.
     fn unlock_now(&mut self) -> ResponseActFuture<Self, Result<(), FleetError>> {
-        let Some(mut conn) = self.conn.clone().filter(|_| self.status.joined) else {
-            let reason = self.status.reason.clone().unwrap_or_default();
-            return Box::pin(ready(Err(FleetError::Unreachable(reason))));
+        let mut conn = match self.joined_conn() {
+            Ok(conn) => conn,
+            Err(e) => return Box::pin(ready(Err(e))),
         };
         let Some(names) = self.queued_unlocks() else {
             return Box::pin(ready(Ok(())));

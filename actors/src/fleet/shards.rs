@@ -162,9 +162,8 @@ impl FleetShards {
         }
         if self.n() > 1 {
             let n = self.n() as u64;
-            let stored_of = |t: &FleetUsage| t.bytes.saturating_sub(t.claimed);
-            let stored = self.last.iter().map(stored_of).max().unwrap_or(0);
-            let landing = self.last.iter().map(|t| stored_of(t) + t.pending).max();
+            let stored = self.last.iter().map(FleetUsage::stored).max().unwrap_or(0);
+            let landing = self.last.iter().map(|t| t.stored() + t.pending).max();
             u.fullest = Some((n * stored, n * landing.unwrap_or(0)));
         }
         u
@@ -480,7 +479,7 @@ impl FleetShards {
     /// the tags that fill up. `IsolatedLRU` rounds (per salt) go to every tag.
     fn due(&self, i: usize, round: &FleetRound) -> bool {
         let (u, cap) = (&self.last[i], round.capacity as f64);
-        let stored = u.bytes.saturating_sub(u.claimed);
+        let stored = u.stored();
         round.per_salt
             || stored as f64 >= round.watermark * cap
             || (stored + u.pending + round.waiting) as f64 >= round.ahead * cap

@@ -667,18 +667,17 @@ impl BackendActor {
                 let Some(link) = act.fleet.as_mut() else {
                     return;
                 };
-                if evicted {
-                    link.releasing = link.releasing.saturating_sub(1);
-                }
+                let answered = matches!(res, Ok(Ok(_)));
                 if let Ok(Ok(usage)) = res {
                     act.metrics.fleet_usage(usage.bytes);
                     link.usage = Some(usage);
-                    // A round's deletes: its usage, read after them, says whether the next follows.
-                    if evicted {
+                }
+                // A round's deletes: the usage read after them says whether the next follows.
+                if evicted {
+                    link.releasing = link.releasing.saturating_sub(1);
+                    if answered {
                         act.fleet_check(ctx);
                     }
-                }
-                if evicted {
                     act.fleet_rounds_done(ctx);
                 }
             }),

@@ -60,7 +60,7 @@ impl BackendActor {
         } else {
             // With several hash tags, each evicts against its share of the capacity: the
             // fullest one decides.
-            let stored = usage.bytes.saturating_sub(usage.claimed);
+            let stored = usage.stored();
             let (stored, landing) = usage.fullest.unwrap_or((stored, stored + usage.pending));
             capacity > 0
                 && (stored as f64 >= watermark * capacity as f64

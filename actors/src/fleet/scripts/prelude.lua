@@ -83,11 +83,15 @@ local function sizes_of(names)
   if #names == 0 then return {} end
   return call_chunked('ZMSCORE', p..'size', names)
 end
--- The same as name -> size (false: unknown).
-local function size_map(names)
-  local out, s = {}, sizes_of(names)
-  for i, name in ipairs(names) do out[name] = s[i] end
+-- Values by position (`vals[i]` of `names[i]`) as name -> value.
+local function by_name(names, vals)
+  local out = {}
+  for i, name in ipairs(names) do out[name] = vals[i] end
   return out
+end
+-- The sizes as name -> size (false: unknown).
+local function size_map(names)
+  return by_name(names, sizes_of(names))
 end
 -- The salts of `names`, by position (false or absent: none); no read while no object has one.
 local function salts_of(names)

@@ -18,11 +18,10 @@ for i, name in ipairs(names) do
     end
   end
 end
-local sizes, known = sizes_of(mine), {}
-for i, name in ipairs(mine) do known[name] = sizes[i] end
+local sizes = sizes_of(mine)
 unclaim_all(node, mine, sizes)
 if #gone > 0 then
-  forget_all(gone, evicted, known)
+  forget_all(gone, evicted, by_name(mine, sizes))
   usage_flush()
   gone_record(gone)
 end

@@ -7,8 +7,7 @@ for i = 3, #ARGV, 4 do names[#names + 1] = ARGV[i] end
 if #names == 0 then return 0 end
 call_chunked('SADD', p..'seen:'..node, names)
 local d = distinct(names)
-local size, deleting = size_map(d), {}
-for i, dying in ipairs(deleting_of(d)) do deleting[d[i]] = dying end
+local size, deleting = size_map(d), by_name(d, deleting_of(d))
 local added, sizes, salted, anames, asalts = {}, {}, {}, {}, {}
 for i = 3, #ARGV, 4 do
   local name, salt, bytes = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])

@@ -3,8 +3,7 @@
 local names = {}
 for i = 2, #ARGV do names[#names + 1] = ARGV[i] end
 local d = distinct(names)
-local deleting = {}
-for i, dying in ipairs(deleting_of(d)) do deleting[d[i]] = dying end
+local deleting = by_name(d, deleting_of(d))
 local gone = {}
 for _, name in ipairs(d) do
   if not deleting[name] then gone[#gone + 1] = name end
