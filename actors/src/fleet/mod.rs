@@ -79,7 +79,7 @@ pub(crate) use shards::{FleetShards, Standing};
 /// scripts keep other keys, or keys of other types, names another layout, so it never reads
 /// (or breaks) an index an older kvtier wrote: that one is left as it is, and the new layout
 /// starts empty and fills from the nodes' stores and listings (docs/fleet.md, "Upgrades").
-pub(crate) const LAYOUT: &str = "v2";
+pub(crate) const LAYOUT: &str = "v3";
 
 /// The longest an unlock queued by [`FleetUnlockSoon`] waits for a call to ride with.
 pub(crate) const UNLOCK_FLUSH: Duration = Duration::from_millis(10);
@@ -120,9 +120,12 @@ pub(crate) struct IndexConfig {
 /// `recency` set by it; a round takes the lowest scores.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum FleetOrder {
-    /// The tick of the last store or lookup hit (`LRU`, and `IsolatedLRU`, whose rounds use
-    /// each salt's recency).
+    /// The tick of the last store or lookup hit (`LRU`).
     Lru,
+    /// The same, for `IsolatedLRU`, whose rounds take each salt's victims from that salt's own
+    /// recency (`srec:SALT`; under plain `Lru` the unsalted objects' is `recency` itself, so
+    /// the index keeps one sorted set fewer per store).
+    IsolatedLru,
     /// `FLRU` with its rules (see crate::eviction's FLRU): the priority, the tick of the last
     /// use plus `bonus × capacity × (min(uses, 16) − 1)`, where `capacity` is the most objects
     /// the index has known at once and `uses` and the first use survive an object's eviction in a
@@ -149,6 +152,7 @@ impl FleetOrder {
     fn wire(self) -> String {
         match self {
             Self::Lru => "lru".into(),
+            Self::IsolatedLru => "lru:salts".into(),
             Self::Flru { bonus, adaptive } => {
                 format!("flru:{bonus}{}", if adaptive { "" } else { ":rates" })
             }

@@ -5,8 +5,8 @@
 -- is split over 1). A process's first join (`fresh` = 1) drops what an earlier process with
 -- its id held; a join again after a lost connection keeps what this process holds (its locks
 -- are still its own; if it was reaped meanwhile, they are gone already). `order` (`lru`,
--- `flru:BONUS` or `arc`; empty for a node that does not evict) becomes the fleet's eviction
--- order: the last evicting node to join decides. The pairs are this node's configured
+-- `lru:salts`, `flru:BONUS` or `arc`; empty for a node that does not evict) becomes the
+-- fleet's eviction order: the last evicting node to join decides. The pairs are this node's configured
 -- IsolatedLRU quotas, for salts the fleet has none for yet (a quota set at run time, by any
 -- node, stays). Returns {live nodes, the order before}.
 local node, ttl = ARGV[2], tonumber(ARGV[3])
@@ -25,8 +25,23 @@ if ARGV[6] ~= '' then
 end
 local now = now_ms()
 if ARGV[4] == '1' then drop_node(node) end
-local before = redis.call('GET', p..'order') or ARGV[5]
-if ARGV[5] ~= '' then redis.call('SET', p..'order', ARGV[5]) end
+local was = redis.call('GET', p..'order')
+local before = was or ARGV[5]
+if ARGV[5] ~= '' then
+  redis.call('SET', p..'order', ARGV[5])
+  -- Under plain `lru` the unsalted objects' recency is `recency` (see `srec_key`): built
+  -- from it when the order leaves plain `lru`, dropped when it comes back.
+  was = was or 'lru'
+  if was == 'lru' and ARGV[5] ~= 'lru' then
+    redis.call('DEL', p..'srec:')
+    if redis.call('EXISTS', p..'recency') == 1 then
+      redis.call('ZUNIONSTORE', p..'srec:', 1, p..'recency')
+      zrem_all(p..'srec:', redis.call('HKEYS', p..'salt'))
+    end
+  elseif was ~= 'lru' and ARGV[5] == 'lru' then
+    redis.call('DEL', p..'srec:')
+  end
+end
 for i = 7, #ARGV, 2 do
   redis.call('HSETNX', p..'usage', 'quota:'..ARGV[i], ARGV[i + 1])
 end

@@ -39,7 +39,8 @@
 //!   unsalted objects), `pending:NODE` → bytes that node is writing (dropped with the
 //!   node when it is reaped), and `quota:SALT` → the fleet's `IsolatedLRU` quota of a salt.
 //! - `clock` (integer): the fleet's logical clock, one tick per store or lookup hit.
-//! - `order` (string): the fleet's eviction order (`lru`, `flru:BONUS` or `arc`), written by
+//! - `order` (string): the fleet's eviction order (`lru`, `lru:salts` for `IsolatedLRU`,
+//!   `flru:BONUS` or `arc`), written by
 //!   each join; `peak` (integer): the most objects the index has known at once (the
 //!   capacity in objects of `FLRU` and `ARC`).
 //! - `shards` (string, on the bucket's first tag only): the count of hash tags the bucket's
@@ -49,7 +50,11 @@
 //!   (`2^40 + tick + BONUS × peak × (min(uses, 16) − 1)`, a new object placed by the mode);
 //!   `srec:SALT` (sorted set): the tick of the last store or hit of the objects of one cache
 //!   salt (`srec:` for unsalted ones), from which `IsolatedLRU` rounds take one salt's
-//!   victims, a listing tells what was touched, and FLRU's rates read the last use.
+//!   victims, a listing tells what was touched, and FLRU's rates read the last use. Under
+//!   plain `lru` there is no `srec:`: `recency` holds the same ticks (a reader of the
+//!   unsalted ones skips the salted names), one sorted-set update fewer per store and per
+//!   forgotten object; a join that moves the order off plain `lru` builds `srec:` from
+//!   `recency`, one that moves it back drops it.
 //! - `FLRU`: `uses` and `first` (hashes): object name → its uses (stores and hits) and the
 //!   tick of its first known use; `hist` and `hist_old` (hashes): `uses:first` of forgotten
 //!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is

@@ -157,18 +157,38 @@ local function ticks(n)
   return redis.call('INCRBY', p..'clock', n) - n + 1
 end
 
-local kind, bonus, fixed_rates = nil, nil, false
+-- The fleet's order (`order`): `lru` (plain LRU), `lru:salts` (IsolatedLRU: LRU whose rounds
+-- take each salt's victims from its own recency), `flru:BONUS[:rates]` or `arc`; `order()`
+-- gives its kind (`lru`, `flru` or `arc`).
+local kind, bonus, fixed_rates, plain_lru = nil, nil, false, false
 local function order()
   if kind == nil then
     local o = redis.call('GET', p..'order') or 'lru'
     local b, m = string.match(o, '^flru:([^:]+):?(%a*)$')
+    plain_lru = o == 'lru'
     if b then
       kind, bonus, fixed_rates = 'flru', tonumber(b), m == 'rates'
+    elseif o == 'lru:salts' then
+      kind = 'lru'
     else
       kind = o
     end
   end
   return kind
+end
+-- The key of a salt's recency (tick of each object's last store or hit): `srec:SALT`. Under
+-- plain `lru` the unsalted objects' is not kept: `recency` holds the same ticks (with the
+-- salted objects too, which a reader of the unsalted ones skips), so this returns `recency`
+-- and true for `''` there. `join.lua` builds `srec:` when the order leaves plain `lru`.
+local function srec_key(s)
+  order()
+  if s == '' and plain_lru then return p..'recency', true end
+  return p..'srec:'..s, false
+end
+-- Whether `srec:SALT` is kept (see `srec_key`).
+local function srec_kept(s)
+  order()
+  return s ~= '' or not plain_lru
 end
 local function peak()
   peak_read()
@@ -458,7 +478,7 @@ local function refresh_all(names, salts, t0, used, sampled)
     end
   end
   if one then
-    zadd_pairs(p..'srec:'..first, ticked)
+    if srec_kept(first) then zadd_pairs(p..'srec:'..first, ticked) end
     return
   end
   local by_salt, salt_order = {}, {}
@@ -473,7 +493,9 @@ local function refresh_all(names, salts, t0, used, sampled)
     l[#l + 1] = ticked[2 * i - 1]
     l[#l + 1] = names[i]
   end
-  for _, s in ipairs(salt_order) do zadd_pairs(p..'srec:'..s, by_salt[s]) end
+  for _, s in ipairs(salt_order) do
+    if srec_kept(s) then zadd_pairs(p..'srec:'..s, by_salt[s]) end
+  end
 end
 
 -- Drops an object's ARC lists; one its round evicted leaves a ghost of the list it was in.
@@ -513,7 +535,7 @@ local function forget_all(names, evicted, known)
     end
     if #held > 0 then usage_add('', -bytes, -#held) end
     zrem_all(p..'size', held)
-    zrem_all(p..'srec:', held)
+    if srec_kept('') then zrem_all(p..'srec:', held) end
     zrem_all(p..'recency', names)
     return
   end
@@ -534,7 +556,9 @@ local function forget_all(names, evicted, known)
   zrem_all(p..'size', known)
   if #salted > 0 then call_chunked('HDEL', p..'salt', salted) end
   local salt_order, by_salt = group_by_salt(known, salts)
-  for _, s in ipairs(salt_order) do zrem_all(p..'srec:'..s, by_salt[s]) end
+  for _, s in ipairs(salt_order) do
+    if srec_kept(s) then zrem_all(p..'srec:'..s, by_salt[s]) end
+  end
   zrem_all(p..'recency', names)
   if o == 'flru' then unuse_all(p, names, math.max(4096, 16 * peak())) end
 end
@@ -705,6 +729,6 @@ local function begin(argv)
   p = argv[1]
   u_bytes, u_objects, u_salts, u_salt_order = 0, 0, {}, {}
   u_count, u_peak, u_peak_start = nil, nil, nil
-  kind, bonus, fixed_rates = nil, nil, false
+  kind, bonus, fixed_rates, plain_lru = nil, nil, false, false
   mode_now = nil
 end

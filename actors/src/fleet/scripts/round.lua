@@ -34,11 +34,19 @@ end
 -- The first `limit` free names of sorted set `set`, among its 4 x limit + 64 + skip lowest.
 -- Most of the lowest are free, so the `limit + skip + 8` lowest are read first, and the whole
 -- window only when they hold too few (the same names either way).
-local function take(set, limit, skip, out)
+-- `unsalted`: `set` is `recency` standing for the unsalted objects' (see `srec_key`), whose
+-- salted names are skipped.
+local function take(set, limit, skip, out, unsalted)
   local chosen = {}
   for _, window in ipairs({limit + skip + 8, 4 * limit + 64 + skip}) do
     local names = redis.call('ZRANGE', set, 0, window - 1)
     local free = free_of(names)
+    if unsalted then
+      local salt = salts_of(names)
+      for i, name in ipairs(names) do
+        if salt[i] then free[name] = nil end
+      end
+    end
     chosen = {}
     for _, name in ipairs(names) do
       if #chosen >= limit then break end
@@ -113,7 +121,7 @@ local function last_uses(names)
   local out = {}
   for _, s in ipairs(salt_order) do
     local l = by_salt[s]
-    local scores = call_chunked('ZMSCORE', p..'srec:'..s, l)
+    local scores = call_chunked('ZMSCORE', srec_key(s), l)
     for i, name in ipairs(l) do out[name] = tonumber(scores[i] or '0') end
   end
   return out
@@ -208,13 +216,17 @@ if ARGV[7] == 'per_salt' then
   local out = {1}
   for _, d in ipairs(due) do
     local salt, stored, mark, b = d[1], d[2], d[3], d[4]
-    local n = redis.call('ZCARD', p..'srec:'..salt)
+    -- Under plain `lru` (a fleet whose last join was an LRU node's) the unsalted objects'
+    -- recency is `recency`'s unsalted names.
+    local key, shared = srec_key(salt)
+    local n = redis.call('ZCARD', key)
+    if shared then n = n - redis.call('HLEN', p..'salt') end
     local average = b / math.max(1, n)
     local skip = claimed_n[salt] or 0
     -- A salt without a quota (limit 0) loses all of it (ratio 1, as on one node).
     local limit = n - skip
     if mark > 0 then limit = due_count(n - skip, stored, mark, average) end
-    take(p..'srec:'..salt, math.max(1, limit), skip, out)
+    take(key, math.max(1, limit), skip, out, shared)
   end
   return out
 end

@@ -47,7 +47,7 @@ if order() == 'lru' then
     usage_flush()
     redis.call('INCRBY', p..'clock', n)
     zadd_pairs(p..'recency', rec)
-    zadd_pairs(p..'srec:', rec)
+    if srec_kept('') then zadd_pairs(p..'srec:', rec) end
     return redis.call('HGETALL', p..'usage')
   end
 end
@@ -109,7 +109,8 @@ if #tn > 0 then
   end
   -- Out of the recency of every salt it was in but its last.
   for i = 1, #left, 2 do
-    if cur_salt[left[i]] ~= left[i + 1] then redis.call('ZREM', p..'srec:'..left[i + 1], left[i]) end
+    local was = left[i + 1]
+    if cur_salt[left[i]] ~= was and srec_kept(was) then redis.call('ZREM', p..'srec:'..was, left[i]) end
   end
   call_chunked('ZADD', p..'size', sizes_, 2)
   if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end

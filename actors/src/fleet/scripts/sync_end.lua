@@ -12,7 +12,7 @@ local salt_order, by_salt = group_by_salt(unseen, salt)
 local touched = {}
 for _, s in ipairs(salt_order) do
   local l = by_salt[s]
-  local scores = call_chunked('ZMSCORE', p..'srec:'..s, l)
+  local scores = call_chunked('ZMSCORE', srec_key(s), l)
   for i, name in ipairs(l) do
     if tonumber(scores[i] or '0') > start then touched[name] = true end
   end

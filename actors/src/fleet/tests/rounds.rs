@@ -211,3 +211,61 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
         (Some(&5), Some(&20), Some(&7))
     );
 }
+
+/// Under plain LRU the unsalted objects' recency is the bucket's own (no `srec:` is kept):
+/// an IsolatedLRU round on such a bucket takes the unsalted names from it, skipping salted
+/// ones, and a node that joins with another order builds the unsalted recency from it, so the
+/// same round then takes the same names.
+#[actix_rt::test]
+async fn the_unsalted_recency_follows_the_fleets_order() {
+    let redis = RedisServer::start();
+    let a = node(&redis.url(), "a").await;
+    // Least recent first: s0 (salted), u1, u0 (locked after u1 was stored), then u2.
+    found(&a, "s0", "sa", 10).await;
+    found(&a, "u0", "", 10).await;
+    found(&a, "u1", "", 10).await;
+    lock(&a, &["u0"]).await;
+    a.send(FleetUnlock(names(&["u0"]))).await.unwrap().unwrap();
+    found(&a, "u2", "", 10).await;
+    a.send(FleetSetQuota {
+        salt: "sa".into(),
+        limit: Some(100),
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let keep = |n: Vec<String>| FleetRelease {
+        removed: vec![],
+        kept: n,
+        evicted: true,
+    };
+    // No quota for unsalted objects: all of them go, least recent first.
+    let want = names(&["u1", "u0", "u2"]);
+    let got = claimed(a.send(salted_round()).await.unwrap().unwrap());
+    assert_eq!(got, want, "under plain lru");
+    a.send(keep(got)).await.unwrap().unwrap();
+    a.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    let mut c = config(&redis.url(), "c", DEFAULT_TTL);
+    c.order = Some(FleetOrder::IsolatedLru);
+    let c = FleetIndex::new(c).start();
+    joined(&c, 1).await;
+    let got = claimed(c.send(salted_round()).await.unwrap().unwrap());
+    assert_eq!(got, want, "after the order left plain lru");
+    c.send(keep(got)).await.unwrap().unwrap();
+    c.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    // Back to plain lru, and a store under it: the bucket's recency serves again.
+    let d = node(&redis.url(), "d").await;
+    found(&d, "u3", "", 10).await;
+    let got = claimed(d.send(salted_round()).await.unwrap().unwrap());
+    assert_eq!(
+        got,
+        names(&["u1", "u0", "u2", "u3"]),
+        "back under plain lru"
+    );
+}
