@@ -99,10 +99,9 @@ pub(super) fn parse_usage(v: Value) -> Result<FleetUsage, FleetError> {
     Ok(u)
 }
 
-impl Handler<FleetStored> for FleetIndex {
-    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
-
-    fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
+impl FleetIndex {
+    /// `stored.lua`'s arguments for `msg`, with a round's (`round_args`; none: empty).
+    fn stored_args(&mut self, msg: FleetStored, round: Vec<String>) -> Vec<String> {
         // The writes that end: their epochs leave the node's record and the index's writes in
         // flight. One write's names share one epoch; a batch that mixes writes gives its
         // oldest, and 0 (not added) when one of its names had no announcement known.
@@ -123,7 +122,55 @@ impl Handler<FleetStored> for FleetIndex {
             epochs.len().to_string(),
         ];
         args.extend(epochs.iter().map(u64::to_string));
-        self.run(|s| &s.stored, object_args(args, msg.objects), parse_usage)
+        args.push(round.len().to_string());
+        args.extend(round);
+        object_args(args, msg.objects)
+    }
+
+    /// A round's arguments after the node (`run_round` in rounds.lua).
+    fn round_args(&self, msg: &FleetRound) -> Vec<String> {
+        vec![
+            self.config.ttl.as_millis().to_string(),
+            msg.capacity.to_string(),
+            msg.watermark.to_string(),
+            msg.ratio.to_string(),
+            if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
+            msg.ahead.to_string(),
+            u8::from(msg.catch_up).to_string(),
+            msg.waiting.to_string(),
+        ]
+    }
+}
+
+impl Handler<FleetStored> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<FleetUsage, FleetError>>;
+
+    fn handle(&mut self, msg: FleetStored, _: &mut Self::Context) -> Self::Result {
+        let args = self.stored_args(msg, Vec::new());
+        self.run(|s| &s.stored, args, parse_usage)
+    }
+}
+
+impl Handler<FleetStoredRound> for FleetIndex {
+    type Result = ResponseActFuture<Self, Result<(FleetUsage, Round), FleetError>>;
+
+    fn handle(&mut self, msg: FleetStoredRound, _: &mut Self::Context) -> Self::Result {
+        let round = self.round_args(&msg.round);
+        let args = self.stored_args(msg.stored, round);
+        self.run(
+            |s| &s.stored,
+            args,
+            |v| {
+                let pair = match v {
+                    Value::Array(items) => <[Value; 2]>::try_from(items).map_err(Value::Array),
+                    other => Err(other),
+                };
+                match pair {
+                    Ok([usage, round]) => Ok((parse_usage(usage)?, parse_round(round)?)),
+                    Err(other) => Err(bad_reply("stored with a round", &other)),
+                }
+            },
+        )
     }
 }
 
@@ -301,17 +348,8 @@ impl Handler<FleetRound> for FleetIndex {
     type Result = ResponseActFuture<Self, Result<Round, FleetError>>;
 
     fn handle(&mut self, msg: FleetRound, _: &mut Self::Context) -> Self::Result {
-        let args = vec![
-            self.config.node.clone(),
-            self.config.ttl.as_millis().to_string(),
-            msg.capacity.to_string(),
-            msg.watermark.to_string(),
-            msg.ratio.to_string(),
-            if msg.per_salt { "per_salt" } else { "capacity" }.to_string(),
-            msg.ahead.to_string(),
-            u8::from(msg.catch_up).to_string(),
-            msg.waiting.to_string(),
-        ];
+        let mut args = vec![self.config.node.clone()];
+        args.extend(self.round_args(&msg));
         self.run(|s| &s.round, args, parse_round)
     }
 }

@@ -105,6 +105,16 @@ impl FleetStored {
     }
 }
 
+/// A write's [`FleetStored`] and, in the same script, the [`FleetRound`] this node would start
+/// next (as the round's own call would right after): a write that fills the bucket costs one
+/// call fewer. Replies with the usage after both and what the round found.
+#[derive(Debug, Clone, Message)]
+#[rtype(result = "Result<(FleetUsage, Round), FleetError>")]
+pub(crate) struct FleetStoredRound {
+    pub(crate) stored: FleetStored,
+    pub(crate) round: FleetRound,
+}
+
 /// This node starts writing these objects, `bytes` in all: eviction rounds count the bytes
 /// with the fleet's usage until [`FleetStored`] ends them (or the node is reaped), so a round
 /// can start before they land; a deletion that removes one of the names meanwhile keeps the

@@ -237,6 +237,35 @@ impl Handler<FleetStored> for FleetShards {
     }
 }
 
+impl Handler<FleetStoredRound> for FleetShards {
+    type Result = Act<(FleetUsage, Round)>;
+
+    fn handle(&mut self, msg: FleetStoredRound, ctx: &mut Context<Self>) -> Self::Result {
+        if let Err(e) = self.gate() {
+            return refuse(e);
+        }
+        let gone = |e: MailboxError| FleetError::Unreachable(format!("index actor gone: {e}"));
+        if self.n() == 1 {
+            let send = self.shards[0].send(msg);
+            return Box::pin(wrap_future(send).map(move |res, act: &mut Self, _| {
+                let (usage, round) = res.map_err(gone)??;
+                act.last[0] = usage;
+                Ok((act.merged(), round))
+            }));
+        }
+        // Over several tags: the store's end on its tags, then the round over the tags that
+        // are due, as two messages would.
+        let me = ctx.address();
+        Box::pin(
+            wrap_future(async move {
+                me.send(msg.stored).await.map_err(gone)??;
+                me.send(msg.round).await.map_err(gone)?
+            })
+            .map(|round, act: &mut Self, _| round.map(|r| (act.merged(), r))),
+        )
+    }
+}
+
 impl Handler<FleetWriting> for FleetShards {
     type Result = Act<Announced>;
 

@@ -468,7 +468,11 @@ impl BackendActor {
     }
 
     /// Sends a write's [`FleetStored`], then answers the stores it completed (whether or not
-    /// the index answered: alone, stores go on).
+    /// the index answered: alone, stores go on). With a round of this node's due to start
+    /// after it (this node evicts, and fewer than [`MAX_ROUNDS`] of its rounds are in
+    /// flight), the round runs in the same call ([`FleetStoredRound`]): the script starts it
+    /// only when the usage after the store says one is due, so a write that fills the bucket
+    /// costs one call fewer.
     pub(super) fn fleet_written(
         &mut self,
         index: Addr<FleetShards>,
@@ -476,14 +480,29 @@ impl BackendActor {
         complete: Vec<BatchId>,
         ctx: &mut Context<Self>,
     ) {
-        ctx.spawn(
-            wrap_future::<_, Self>(index.send(msg)).map(move |res, act, ctx| {
-                if let Ok(Ok(usage)) = res {
-                    act.fleet_usage(usage, ctx);
+        let Some(round) = self.fleet_round_msg() else {
+            ctx.spawn(
+                wrap_future::<_, Self>(index.send(msg)).map(move |res, act, ctx| {
+                    if let Ok(Ok(usage)) = res {
+                        act.fleet_usage(usage, ctx);
+                    }
+                    act.answer_stores(complete);
+                }),
+            );
+            return;
+        };
+        let send = index.send(FleetStoredRound { stored: msg, round });
+        ctx.spawn(wrap_future::<_, Self>(send).map(move |res, act, ctx| {
+            let found = match res {
+                Ok(Ok((usage, round))) => {
+                    act.fleet_usage_seen(usage);
+                    Some(round)
                 }
-                act.answer_stores(complete);
-            }),
-        );
+                _ => None,
+            };
+            act.answer_stores(complete);
+            act.fleet_round_found(found, ctx);
+        }));
     }
 
     /// The most bytes the bucket may hold with a write of `bytes` that has waited since
@@ -583,11 +602,16 @@ impl BackendActor {
 
     /// Records the fleet's usage and checks whether the bucket needs an eviction round.
     pub(super) fn fleet_usage(&mut self, usage: FleetUsage, ctx: &mut Context<Self>) {
+        self.fleet_usage_seen(usage);
+        self.fleet_check(ctx);
+    }
+
+    /// Records the fleet's usage as read (the gauge, and the figures the next check reads).
+    fn fleet_usage_seen(&mut self, usage: FleetUsage) {
         self.metrics.fleet_usage(usage.bytes);
         if let Some(link) = self.fleet.as_mut() {
             link.usage = Some(usage);
         }
-        self.fleet_check(ctx);
     }
 
     /// Claims `keys` in the index, then `then` with the claimed ones (none while the index is

@@ -80,21 +80,33 @@ impl BackendActor {
     /// figures then), so a round that brings the bucket under the watermark costs no further
     /// call; the holder's rounds overlap (up to [`MAX_ROUNDS`]) when stores outrun one round's
     /// deletes, and the lease is given up when the last one and its release have ended (so
-    /// the next round runs on whichever node finds the bucket full first).
+    /// the next round runs on whichever node finds the bucket full first). A write's end
+    /// carries the round in its own call instead ([`FleetStoredRound`], see
+    /// [`fleet_written`](Self::fleet_written)).
     pub(in crate::backend) fn fleet_round(&mut self, ctx: &mut Context<Self>) {
-        let (capacity, adapter) = (self.capacity_bytes, self.index);
         let Some(index) = self.fleet_index() else {
             return;
         };
-        let Some(link) = self.fleet.as_mut() else {
+        let Some(msg) = self.fleet_round_msg() else {
             return;
         };
-        let Some((watermark, ratio)) = link.evict else {
-            return;
-        };
+        ctx.spawn(
+            wrap_future::<_, Self>(index.send(msg))
+                .map(|res, act, ctx| act.fleet_round_found(res.ok().and_then(Result::ok), ctx)),
+        );
+    }
+
+    /// The round this node would start now, counted as in flight; `None` when it does not
+    /// evict or [`MAX_ROUNDS`] of its rounds are in flight.
+    pub(in crate::backend) fn fleet_round_msg(&mut self) -> Option<FleetRound> {
+        let capacity = self.capacity_bytes;
+        let link = self.fleet.as_mut()?;
+        let (watermark, ratio) = link.evict?;
+        if link.rounds >= MAX_ROUNDS {
+            return None;
+        }
         link.rounds += 1;
-        let me = ctx.address();
-        let msg = FleetRound {
+        Some(FleetRound {
             capacity,
             watermark,
             ratio,
@@ -102,29 +114,37 @@ impl BackendActor {
             ahead: link.landing,
             catch_up: link.catch_up,
             waiting: link.waiting,
+        })
+    }
+
+    /// What a round of [`fleet_round_msg`](Self::fleet_round_msg) found (`None`: no answer):
+    /// claimed victims are deleted and released ([`FleetEvict`]), then the round ends.
+    pub(in crate::backend) fn fleet_round_found(
+        &mut self,
+        round: Option<Round>,
+        ctx: &mut Context<Self>,
+    ) {
+        let Some(Round::Claimed(victims)) = round else {
+            if let Some(link) = self.fleet.as_mut() {
+                link.rounds = link.rounds.saturating_sub(1);
+            }
+            self.fleet_rounds_done(ctx);
+            return;
         };
-        let round = async move {
-            let started = std::time::Instant::now();
-            let Ok(Ok(Round::Claimed(victims))) = index.send(msg).await else {
-                return None;
-            };
-            let claimed = victims.len();
-            let removed = me.send(FleetEvict(victims)).await.unwrap_or(0);
+        let (adapter, claimed, started) = (self.index, victims.len(), std::time::Instant::now());
+        let evict = ctx.address().send(FleetEvict(victims));
+        ctx.spawn(wrap_future::<_, Self>(evict).map(move |removed, act, ctx| {
             tracing::debug!(
                 adapter,
                 claimed,
-                removed,
+                removed = removed.unwrap_or(0),
                 ms = started.elapsed().as_millis() as u64,
                 "fleet: eviction round"
             );
-            Some(claimed)
-        };
-        ctx.spawn(wrap_future::<_, Self>(round).map(|claimed, act, ctx| {
-            let Some(link) = act.fleet.as_mut() else {
-                return;
-            };
-            link.rounds -= 1;
-            link.leased |= claimed.is_some();
+            if let Some(link) = act.fleet.as_mut() {
+                link.rounds = link.rounds.saturating_sub(1);
+                link.leased = true;
+            }
             act.fleet_rounds_done(ctx);
         }));
     }

@@ -30,10 +30,12 @@
 //! every node sees one order of accesses.
 //!
 //! The keys, under the prefix (see the module docs of [`super`] for the invariants):
-//! - `size` (sorted set): object name → size in bytes; the objects the fleet knows. A sorted
-//!   set rather than a hash for the server's encoding: past 128 members it is a hash table
-//!   (`ZMSCORE` of 25 names: a few µs), where a hash stays a list the server scans up to 512
-//!   fields (`HMGET` of 25 names in 400: 85 µs).
+//! - `size` (hash): object name → size in bytes; the objects the fleet knows. One more field,
+//!   `''` (no object's name: names are never empty), holds 1 KiB of padding, longer than any
+//!   value a server keeps in a hash's list form, so the server keeps `size` as a hash table
+//!   from its first field (a list it scans under 512 fields: `HMGET` of 25 names in 400 costs
+//!   85 µs, in a hash table a few µs; a sorted set, as in layout `v2`, adds a score's
+//!   formatting and parsing and a skip-list walk among equal scores per name).
 //! - `salt` (hash): object name → cache salt, for salted objects only.
 //! - `usage` (hash): `bytes`, `objects`, `salt:SALT` → bytes per cache salt (`salt:` for
 //!   unsalted objects), `pending:NODE` → bytes that node is writing (dropped with the
@@ -76,8 +78,9 @@
 //! - `claims:NODE` (set): the names a node has claimed and not released.
 //! - `epoch` (integer): one tick per announced write (`WRITING` returns it; the node gives it
 //!   back with that write's `STORED`). `gone` (sorted set): name → the epoch when a release
-//!   last removed it from the store, the latest 16,384 names,
-//!   `gone_floor` the highest epoch dropped from it. A write announced at `e` whose name is in
+//!   last removed it from the store, while a write announced before may be in flight (at most
+//!   100,000 names), and a padding member at epoch 0 that keeps the set a skip list from the
+//!   start (see `gone_record`); `gone_floor` the highest epoch dropped from it. A write announced at `e` whose name is in
 //!   `gone` at `e` or later (the delete came after the announcement, so the write may have
 //!   landed before it), or with `e` at or under `gone_floor`, is not added by its `STORED`: a
 //!   lookup probes the store instead. So the index never says an object is in the store because
@@ -94,8 +97,13 @@ use redis::Script;
 /// The helpers every script starts with (see `prelude.lua`): the prefix `p`, batched reads and
 /// writes of hashes and sorted sets, usage, the clock, the orders' state (FLRU's uses, history
 /// and shadows, ARC's lists), forgetting, claiming, locking and ending writes, and reaping;
-/// `begin(ARGV)` starts each call.
-const PRELUDE: &str = include_str!("prelude.lua");
+/// `begin(ARGV)` starts each call. Then `rounds.lua`: an eviction round (`run_round`), which
+/// `round.lua` runs alone and `stored.lua` after a write's end.
+const PRELUDE: &str = concat!(
+    include_str!("prelude.lua"),
+    "\n",
+    include_str!("rounds.lua")
+);
 
 /// One script in its two forms: a function of the library (`FCALL`, the default: the prelude
 /// is compiled once when the library is loaded, not at every call) and a script (`EVALSHA`,

@@ -16,11 +16,18 @@ local function now_ms()
 end
 
 -- `cmd key items...` in chunks of CHUNK items (`step` items per entry: 2 for pairs); the
--- replies of a command that answers per item (HMGET, ZMSCORE, SMISMEMBER), concatenated.
+-- replies of a command that answers per item (HMGET, ZMSCORE, SMISMEMBER), concatenated
+-- (one chunk: the reply itself, not copied).
 local function call_chunked(cmd, key, items, step)
-  local out = {}
   local n, i = #items, 1
   local size = CHUNK * (step or 1)
+  if n <= size then
+    if n == 0 then return {} end
+    local r = redis.call(cmd, key, unpack(items))
+    if type(r) == 'table' then return r end
+    return {}
+  end
+  local out = {}
   while i <= n do
     local j = math.min(n, i + size - 1)
     local r = redis.call(cmd, key, unpack(items, i, j))
@@ -76,12 +83,32 @@ local function zrem_all(key, names)
   if #names > 0 then call_chunked('ZREM', key, names) end
 end
 
--- The sizes the index knows of `names`, by position (false: unknown): the `size` sorted set
--- (a sorted set, not a hash: past 128 members the server keeps it as a hash table, where a
--- hash stays a list it scans up to 512 fields, 85 us for 25 names; docs/benchmarks.md).
+-- The `size` hash (object name -> size) holds one more field, `''` (no object's name), with a
+-- value longer than any server keeps in a hash's list form (`hash-max-listpack-value`, 64 by
+-- default): the server then keeps the hash as a hash table from its first field on, where a
+-- lookup is a few hundred ns whatever the bucket holds (as a list, under 512 fields, it scans
+-- it: 85 us for 25 names in 400; a sorted set costs a score's formatting and parsing and a
+-- walk of a skip list of equal scores per name; docs/benchmarks.md). `size_ready` puts it
+-- there (each join and heartbeat; a hash table is never turned back into a list).
+local function size_ready()
+  redis.call('HSETNX', p..'size', '', string.rep('-', 1024))
+end
+-- The sizes the index knows of `names`, by position (false: unknown).
 local function sizes_of(names)
   if #names == 0 then return {} end
-  return call_chunked('ZMSCORE', p..'size', names)
+  return call_chunked('HMGET', p..'size', names)
+end
+-- Records sizes: (name, size) pairs.
+local function sizes_set(pairs)
+  if #pairs > 0 then call_chunked('HSET', p..'size', pairs, 2) end
+end
+-- Every name the index knows.
+local function known_names()
+  local out = {}
+  for _, name in ipairs(redis.call('HKEYS', p..'size')) do
+    if name ~= '' then out[#out + 1] = name end
+  end
+  return out
 end
 -- Values by position (`vals[i]` of `names[i]`) as name -> value.
 local function by_name(names, vals)
@@ -512,29 +539,24 @@ local function arc_forget(name, evicted)
 end
 
 -- Removes objects from the index and its usage (`evicted`: by an eviction round, so ARC
--- keeps their ghosts), in order; a name given twice is forgotten once. `known`: name -> size
--- as the caller has just read it (else read here).
-local function forget_all(names, evicted, known)
-  names = distinct(names)
+-- keeps their ghosts), in order: `names` distinct, `size` their sizes by position as just
+-- read (false: unknown to the index).
+local function forget_distinct(names, size, evicted)
   if #names == 0 then return end
-  local function sizes_here()
-    if not known then return sizes_of(names) end
-    local out = {}
-    for i, name in ipairs(names) do out[i] = known[name] end
-    return out
-  end
   local o = order()
   if o == 'lru' and redis.call('EXISTS', p..'salt') == 0 then
     -- No object has a salt: the same, in one pass.
-    local size, held, bytes = sizes_here(), {}, 0
+    local held, nh, bytes = {}, 0, 0
     for i = 1, #names do
-      if size[i] then
-        held[#held + 1] = names[i]
-        bytes = bytes + tonumber(size[i])
+      local s = size[i]
+      if s then
+        nh = nh + 1
+        held[nh] = names[i]
+        bytes = bytes + tonumber(s)
       end
     end
-    if #held > 0 then usage_add('', -bytes, -#held) end
-    zrem_all(p..'size', held)
+    if nh > 0 then usage_add('', -bytes, -nh) end
+    if nh > 0 then call_chunked('HDEL', p..'size', held) end
     if srec_kept('') then zrem_all(p..'srec:', held) end
     zrem_all(p..'recency', names)
     return
@@ -542,7 +564,7 @@ local function forget_all(names, evicted, known)
   if o == 'arc' then
     for _, name in ipairs(names) do arc_forget(name, evicted) end
   end
-  local size, salt = sizes_here(), salts_of(names)
+  local salt = salts_of(names)
   local known, salted, salts = {}, {}, {}
   for i, name in ipairs(names) do
     if size[i] then
@@ -553,7 +575,7 @@ local function forget_all(names, evicted, known)
       usage_add(s, -tonumber(size[i]), -1)
     end
   end
-  zrem_all(p..'size', known)
+  if #known > 0 then call_chunked('HDEL', p..'size', known) end
   if #salted > 0 then call_chunked('HDEL', p..'salt', salted) end
   local salt_order, by_salt = group_by_salt(known, salts)
   for _, s in ipairs(salt_order) do
@@ -561,6 +583,19 @@ local function forget_all(names, evicted, known)
   end
   zrem_all(p..'recency', names)
   if o == 'flru' then unuse_all(p, names, math.max(4096, 16 * peak())) end
+end
+-- The same for any list of names: a name given twice is forgotten once. `known`: name -> size
+-- as the caller has just read it (else read here).
+local function forget_all(names, evicted, known)
+  names = distinct(names)
+  local size
+  if known then
+    size = {}
+    for i, name in ipairs(names) do size[i] = known[name] end
+  else
+    size = sizes_of(names)
+  end
+  forget_distinct(names, size, evicted)
 end
 
 -- The nodes the index lists (live, or lapsed and not reaped yet: their locks still hold).
@@ -651,26 +686,34 @@ end
 -- is not added at all: it cannot be told apart; a lookup probes the store for it). A write
 -- made without an announcement (epoch 0: the index was unreachable then, or its reply was
 -- lost) is never added.
+-- `gone` holds one more member, at epoch 0: a name longer than any server keeps in a sorted
+-- set's list form (`zset-max-listpack-value`), so the server keeps `gone` as a skip list and a
+-- hash table from the start (as a list, under 128 members, each of a release's names is
+-- inserted by a scan of it; docs/benchmarks.md). Epochs start at 1, so trimming by epoch
+-- never drops it.
 local GONE_KEEP = 100000
 local function gone_record(names)
   if #names == 0 then return end
+  local key = p..'gone'
   local oldest = redis.call('ZRANGE', p..'inflight', 0, 0, 'WITHSCORES')
   if #oldest == 0 then
-    redis.call('DEL', p..'gone')
+    redis.call('ZREMRANGEBYSCORE', key, '(0', '+inf')
     return
   end
-  redis.call('ZREMRANGEBYSCORE', p..'gone', '-inf', '('..oldest[2])
+  redis.call('ZADD', key, 'NX', 0, string.rep('-', 1024))
+  redis.call('ZREMRANGEBYSCORE', key, '(0', '('..oldest[2])
   local e = tonumber(redis.call('GET', p..'epoch') or '0')
   local pairs_ = {}
   for i, name in ipairs(names) do
     pairs_[2 * i - 1], pairs_[2 * i] = e, name
   end
-  call_chunked('ZADD', p..'gone', pairs_, 2)
-  local n = redis.call('ZCARD', p..'gone')
+  call_chunked('ZADD', key, pairs_, 2)
+  local n = redis.call('ZCARD', key) - 1
   if n > GONE_KEEP then
+    -- The oldest names (ranks 1 to cut; rank 0 is the pad).
     local cut = n - GONE_KEEP
-    local last = redis.call('ZRANGE', p..'gone', cut - 1, cut - 1, 'WITHSCORES')
-    redis.call('ZREMRANGEBYRANK', p..'gone', 0, cut - 1)
+    local last = redis.call('ZRANGE', key, cut, cut, 'WITHSCORES')
+    redis.call('ZREMRANGEBYRANK', key, 1, cut)
     redis.call('SET', p..'gone_floor', last[2])
   end
 end
@@ -683,7 +726,7 @@ local function gone_since(names, e)
     for i = 1, #names do out[i] = true end
     return out
   end
-  if redis.call('EXISTS', p..'gone') == 0 then return out end
+  if redis.call('ZCARD', p..'gone') <= 1 then return out end
   local g = call_chunked('ZMSCORE', p..'gone', names)
   for i = 1, #names do out[i] = g[i] ~= false and tonumber(g[i]) >= e end
   return out

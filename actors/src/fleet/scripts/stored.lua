@@ -1,17 +1,27 @@
--- ARGV: p, node, written, ended_bytes, epoch, m, then m epochs, then (name, salt, size,
--- sampled) per object (`sampled` = 1: FLRU's shadows sample it). The objects are now in the
--- store: this node's writes (`written` = 1, the oldest announced by WRITING at `epoch`; 0: no
--- announcement known) or objects a probe found (0). `ended_bytes` and the m epochs end this
--- node's writes in flight announced by WRITING (written or failed). A written object that a
--- deletion may have removed since its announcement is not added (see `gone_since`), nor one
--- written without an announcement. Returns the usage hash. Objects are touched last first, so
--- the first of a batch (a request's first chunk) is the most recent, as on one node.
+-- ARGV: p, node, written, ended_bytes, epoch, m, then m epochs, r, then r round arguments
+-- (0 or 8: see `run_round`), then (name, salt, size, sampled) per object (`sampled` = 1:
+-- FLRU's shadows sample it). The objects are now in the store: this node's writes
+-- (`written` = 1, the oldest announced by WRITING at `epoch`; 0: no announcement known) or
+-- objects a probe found (0). `ended_bytes` and the m epochs end this node's writes in flight
+-- announced by WRITING (written or failed). A written object that a deletion may have removed
+-- since its announcement is not added (see `gone_since`), nor one written without an
+-- announcement. Objects are touched last first, so the first of a batch (a request's first
+-- chunk) is the most recent, as on one node. Returns the usage hash; with round arguments,
+-- {usage hash after the round, the round's reply}: a round of this node's, as `round.lua`
+-- would run right after (one call fewer when the write fills the bucket).
 local node, written, epoch, m = ARGV[2], ARGV[3] == '1', tonumber(ARGV[5]), tonumber(ARGV[6])
 pending_add(node, -tonumber(ARGV[4]))
 if m > 0 then writes_ended(node, {unpack(ARGV, 7, 6 + m)}) end
-local first = 7 + m
+local r = tonumber(ARGV[7 + m])
+local round = {unpack(ARGV, 8 + m, 7 + m + r)}
+local function done()
+  if r == 0 then return redis.call('HGETALL', p..'usage') end
+  local out = run_round(node, round)
+  return {redis.call('HGETALL', p..'usage'), out}
+end
+local first = 8 + m + r
 local n = (#ARGV - first + 1) / 4
-if n < 1 then return redis.call('HGETALL', p..'usage') end
+if n < 1 then return done() end
 -- The objects, last first: object k is at ARGV[#ARGV - 4k + 1].
 local names = {}
 for i = #ARGV - 3, first, -4 do names[#names + 1] = ARGV[i] end
@@ -38,17 +48,17 @@ if order() == 'lru' then
     seen[name] = true
     local size = ARGV[i + 2]
     bytes = bytes + tonumber(size)
-    sizes_[2 * k - 1], sizes_[2 * k] = size, name
+    sizes_[2 * k - 1], sizes_[2 * k] = name, size
     rec[2 * k - 1], rec[2 * k] = t0 + k - 1, name
   end
   if fast then
-    call_chunked('ZADD', p..'size', sizes_, 2)
+    sizes_set(sizes_)
     usage_add('', bytes, n)
     usage_flush()
     redis.call('INCRBY', p..'clock', n)
     zadd_pairs(p..'recency', rec)
     if srec_kept('') then zadd_pairs(p..'srec:', rec) end
-    return redis.call('HGETALL', p..'usage')
+    return done()
   end
 end
 local salts, sizes, sampled = {}, {}, {}
@@ -95,8 +105,8 @@ if #tn > 0 then
     if not done[name] then
       done[name] = true
       if claimed_was[name] then claimed_delta = claimed_delta + cur_size[name] - claimed_was[name] end
-      sizes_[#sizes_ + 1] = cur_size[name]
       sizes_[#sizes_ + 1] = name
+      sizes_[#sizes_ + 1] = cur_size[name]
       if any_salt then
         if cur_salt[name] ~= '' then
           salted[#salted + 1] = name
@@ -112,11 +122,11 @@ if #tn > 0 then
     local was = left[i + 1]
     if cur_salt[left[i]] ~= was and srec_kept(was) then redis.call('ZREM', p..'srec:'..was, left[i]) end
   end
-  call_chunked('ZADD', p..'size', sizes_, 2)
+  sizes_set(sizes_)
   if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
   if #unsalted > 0 then call_chunked('HDEL', p..'salt', unsalted) end
   usage_flush()
   claimed_add(claimed_delta)
   refresh_all(tn, ts, ticks(#tn), true, tsampled)
 end
-return redis.call('HGETALL', p..'usage')
+return done()

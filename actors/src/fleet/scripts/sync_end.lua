@@ -1,7 +1,7 @@
 -- ARGV: p, node, start tick. Forgets the objects the listing did not see, unless stored or hit
 -- since it started, locked, or being deleted. Returns the usage hash.
 local node, start = ARGV[2], tonumber(ARGV[3])
-local names = redis.call('ZRANGE', p..'size', 0, -1)
+local names = known_names()
 local salt = hmget(p..'salt', names)
 local seen = call_chunked('SMISMEMBER', p..'seen:'..node, names)
 local unseen = {}

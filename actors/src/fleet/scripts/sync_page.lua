@@ -13,8 +13,8 @@ for i = 3, #ARGV, 4 do
   local name, salt, bytes = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2])
   if not size[name] and not deleting[name] and not added[name] then
     added[name] = true
-    sizes[#sizes + 1] = bytes
     sizes[#sizes + 1] = name
+    sizes[#sizes + 1] = bytes
     if salt ~= '' then
       salted[#salted + 1] = name
       salted[#salted + 1] = salt
@@ -25,7 +25,7 @@ for i = 3, #ARGV, 4 do
   end
 end
 if #anames == 0 then return 0 end
-call_chunked('ZADD', p..'size', sizes, 2)
+sizes_set(sizes)
 if #salted > 0 then call_chunked('HSET', p..'salt', salted, 2) end
 usage_flush()
 refresh_all(anames, asalts, 0, false, {})

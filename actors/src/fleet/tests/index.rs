@@ -298,3 +298,33 @@ async fn queued_unlocks_ride_with_the_next_call_or_go_alone() {
     })
     .await;
 }
+
+/// The index's per-name keys are kept in the server's hash-table forms from their first member
+/// (a padding member, never an object's name), however few objects the bucket holds: a size
+/// lookup and a deletion's record cost the same in a small bucket as in a large one.
+#[actix_rt::test]
+async fn sizes_and_deletions_are_kept_as_hash_tables_from_the_start() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    found(&a, "k0", "", 10).await;
+    found(&a, "k1", "", 10).await;
+    // A deletion while a write is in flight is recorded (the write may have landed before it).
+    b.send(writing(&["w"], 10)).await.unwrap().unwrap();
+    assert_eq!(claim(&a, &["k0"]).await, names(&["k0"]));
+    deleted(&a, &["k0"]).await;
+    let encoding = |key: &str| -> String {
+        redis::cmd("OBJECT")
+            .arg("ENCODING")
+            .arg(format!(
+                "kvtier:{{s3:127.0.0.1/bucket/prefix}}:{LAYOUT}:{key}"
+            ))
+            .query(&mut plain(&redis))
+            .unwrap()
+    };
+    assert_eq!(encoding("size"), "hashtable");
+    assert_eq!(encoding("gone"), "skiplist");
+    // The padding is no object: usage and lookups see only k1.
+    let u = usage(&a).await;
+    assert_eq!((u.bytes, u.objects), (10, 1));
+    assert_eq!(lock(&b, &["k1"]).await, vec![FleetLock::Known(10)]);
+}

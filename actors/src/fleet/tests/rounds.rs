@@ -269,3 +269,33 @@ async fn the_unsalted_recency_follows_the_fleets_order() {
         "back under plain lru"
     );
 }
+
+/// A write's end that carries a round runs it in the same script, after the store: as the
+/// round's own call would right after.
+#[actix_rt::test]
+async fn a_writes_end_starts_the_round_it_makes_due() {
+    let redis = RedisServer::start();
+    let (a, b) = (node(&redis.url(), "a").await, node(&redis.url(), "b").await);
+    for i in 0..6 {
+        found(&a, &format!("k{i}"), "", 10).await;
+    }
+    async fn write(node: &Addr<FleetIndex>, name: &str) -> (FleetUsage, Round) {
+        node.send(writing(&[name], 10)).await.unwrap().unwrap();
+        let msg = FleetStoredRound {
+            stored: written(vec![obj(name, "", 10)], &[name], 10),
+            round: round(100),
+        };
+        node.send(msg).await.unwrap().unwrap()
+    }
+    // 70 of 100 after the store: under the watermark, no round.
+    let (u, r) = write(&a, "w0").await;
+    assert_eq!((u.bytes, u.objects, r), (70, 7, Round::Under));
+    // 80 after it: at the watermark, floor(8 x 0.2) = 1 claimed, the least recent; the usage
+    // returned counts the claim.
+    let (u, r) = write(&a, "w1").await;
+    assert_eq!(claimed(r), names(&["k0"]));
+    assert_eq!((u.bytes, u.claimed), (80, 10));
+    // b's write fills it again while a holds the lease: the store lands, the round is busy.
+    let (u, r) = write(&b, "w2").await;
+    assert_eq!((u.bytes, r), (90, Round::Busy));
+}

@@ -200,16 +200,17 @@ async fn each_tag_evicts_and_takes_writes_against_its_slice_of_the_capacity() {
     })
     .await;
 
-    // Tag 0 alone past its slice's watermark: its round is due (fullest), the others' are not.
+    // Tag 0 alone past its slice's watermark: its round is due (fullest), the others' are not;
+    // a store's end that carries the round runs it on the tags due after the store.
     let full = names_on(0, 3, 9);
-    a.send(FleetStored::found(objects(&full, 100)))
-        .await
-        .unwrap()
-        .unwrap();
-    let usage = a.send(GetFleetUsage).await.unwrap().unwrap();
+    let msg = FleetStoredRound {
+        stored: FleetStored::found(objects(&full, 100)),
+        round: round(3000),
+    };
+    let (usage, found) = a.send(msg).await.unwrap().unwrap();
     assert_eq!(usage.bytes, 900);
     assert_eq!(usage.fullest, Some((2700, 2700)));
-    let Round::Claimed(victims) = a.send(round(3000)).await.unwrap().unwrap() else {
+    let Round::Claimed(victims) = found else {
         panic!("no round on the full tag");
     };
     assert!(!victims.is_empty());

@@ -1,0 +1,272 @@
+-- Eviction rounds (`round.lua`, and a write's end that starts one: `stored.lua`).
+--
+-- `run_round(node, a)`, `a` = {ttl_ms, capacity, watermark, ratio, policy (`per_salt`:
+-- IsolatedLRU, below; else by capacity), ahead, catch_up, waiting} (strings): one eviction
+-- round of `node`.
+-- `stored` is the objects the index knows less those claimed for deletion (rounds in flight;
+-- at their sizes when claimed, the usage field `claimed`);
+-- `landing` adds the bytes live nodes are writing and the bytes this node waits to write
+-- (`waiting`: WRITING found the bucket full for them). When `stored` is under
+-- `watermark x capacity` and `landing` under `ahead x capacity`: returns {0}. When another node
+-- holds the eviction lease: {-1}. Else takes (or renews) the lease for ttl_ms and claims the
+-- round's victims, the least recent names no node locks or deletes (among the
+-- 4 x limit + 64 least recent): when `stored` reached the watermark, LMCache's
+-- `floor(objects x ratio)`, and with `catch_up` = 1 (`eviction_unit = "bytes"`) at least down
+-- to `watermark x capacity x (1 - ratio)`, as one node's round (crate::eviction's
+-- global_round); and at least what brings `landing` back under `ahead x capacity`; at least
+-- 1. Returns {1, name, size, ...}.
+
+-- The round's node, LMCache ratio and `catch_up` (set by `run_round`).
+local r_node, ratio, catch_up
+-- A round's count when `stored` (of `n` objects, `average` bytes each) reached `mark`.
+local function due_count(n, stored, mark, average)
+  local limit = math.floor(n * ratio)
+  if catch_up then
+    limit = math.max(limit, math.ceil((stored - mark * (1 - ratio)) / average))
+  end
+  return limit
+end
+-- Claims `names` (distinct, free) for this round: into `out` with their sizes.
+local function victims(names, out)
+  local size = claim_all(r_node, names)
+  for i, name in ipairs(names) do
+    out[#out + 1] = name
+    out[#out + 1] = size[i] or '0'
+  end
+end
+-- The first `limit` free names of sorted set `set`, among its 4 x limit + 64 + skip lowest.
+-- Most of the lowest are free, so the `limit + skip + 8` lowest are read first, and the whole
+-- window only when they hold too few (the same names either way).
+-- `unsalted`: `set` is `recency` standing for the unsalted objects' (see `srec_key`), whose
+-- salted names are skipped.
+local function take(set, limit, skip, out, unsalted)
+  local chosen = {}
+  for _, window in ipairs({limit + skip + 8, 4 * limit + 64 + skip}) do
+    local names = redis.call('ZRANGE', set, 0, window - 1)
+    local free = free_of(names)
+    if unsalted then
+      local salt = salts_of(names)
+      for i, name in ipairs(names) do
+        if salt[i] then free[name] = nil end
+      end
+    end
+    chosen = {}
+    for _, name in ipairs(names) do
+      if #chosen >= limit then break end
+      if free[name] then
+        chosen[#chosen + 1] = name
+        free[name] = nil
+      end
+    end
+    if #chosen >= limit or #names < window then break end
+  end
+  victims(chosen, out)
+end
+-- ARC (LMCache's rule): from T1 while its size, less what rounds in flight claimed from it,
+-- is at least the target `arc_p`, else from T2; the other list when one runs out.
+local function arc_take(limit, deleting, out)
+  local window = 4 * limit + 63 + #deleting
+  local lists = {redis.call('ZRANGE', p..'t1', 0, window), redis.call('ZRANGE', p..'t2', 0, window)}
+  local all = {}
+  for _, l in ipairs(lists) do
+    for _, name in ipairs(l) do all[#all + 1] = name end
+  end
+  local free = free_of(all)
+  local at = {1, 1}
+  local t1 = redis.call('ZCARD', p..'t1')
+  if #deleting > 0 then
+    for _, s in ipairs(call_chunked('ZMSCORE', p..'t1', deleting)) do
+      if s then t1 = t1 - 1 end
+    end
+  end
+  local target = math.floor(math.min(tonumber(redis.call('GET', p..'arc_p') or '0'), peak()))
+  local function next_free(l)
+    local list = lists[l]
+    while at[l] <= #list do
+      local name = list[at[l]]
+      at[l] = at[l] + 1
+      if free[name] then
+        free[name] = nil
+        return name
+      end
+    end
+    return nil
+  end
+  local chosen = {}
+  for _ = 1, limit do
+    local name = nil
+    if t1 >= target then name = next_free(1) end
+    if name then t1 = t1 - 1 else name = next_free(2) end
+    if not name then
+      name = next_free(1)
+      if name then t1 = t1 - 1 end
+    end
+    if not name then break end
+    chosen[#chosen + 1] = name
+    limit = limit - 1
+  end
+  victims(chosen, out)
+  -- Objects in neither list (stored while the fleet had another order) go by recency.
+  if limit > 0 then take(p..'recency', limit, #deleting + #chosen, out) end
+end
+-- FLRU's rate order: the free objects with the lowest rate scores (an object a listing added,
+-- with no uses, as used once at its tick 0). As on one node (crate::eviction's FLRU,
+-- RATE_REFRESH and RATE_ORDER_EXTRA), scoring every object is not done per round: `rates`
+-- (a list) keeps the `peak / 16 + 64` lowest names as of the tick in `rates_at` (with the
+-- prior), recomputed once `peak / 64` ticks have passed or the list runs out; a round takes
+-- the names still known, free and not touched since.
+-- The tick of each known name's last store or hit (0 for one a listing added): name -> tick.
+local function last_uses(names)
+  local salt = salts_of(names)
+  local by_name = {}
+  for i, name in ipairs(names) do by_name[name] = salt[i] end
+  local salt_order, by_salt = group_by_salt(names, by_name)
+  local out = {}
+  for _, s in ipairs(salt_order) do
+    local l = by_salt[s]
+    local scores = call_chunked('ZMSCORE', srec_key(s), l)
+    for i, name in ipairs(l) do out[name] = tonumber(scores[i] or '0') end
+  end
+  return out
+end
+local function rates_fill(prior, clock)
+  local cap = peak()
+  local names = known_names()
+  local free = free_of(names)
+  local last = last_uses(names)
+  local uses, first = hmget(p..'uses', names), hmget(p..'first', names)
+  local scored = {}
+  for _, name in ipairs(names) do
+    if free[name] then
+      local l = last[name]
+      local u = tonumber(uses[name] or '1')
+      local f = tonumber(first[name] or l)
+      scored[#scored + 1] = {rate_score(u, f, l, clock, cap, prior), l, name}
+    end
+  end
+  redis.call('DEL', p..'rates')
+  local chosen = lowest(scored, math.floor(cap / 16) + 64)
+  for i = 1, #chosen, 1000 do
+    redis.call('RPUSH', p..'rates', unpack(chosen, i, math.min(#chosen, i + 999)))
+  end
+  redis.call('SET', p..'rates_at', clock..':'..prior)
+  return #chosen
+end
+local function rates_take(limit, prior, out)
+  local clock = tonumber(redis.call('GET', p..'clock') or '0')
+  local at, was = string.match(redis.call('GET', p..'rates_at') or '', '^(%d+):(.*)$')
+  at = tonumber(at)
+  if at == nil or tonumber(was) ~= prior or clock - at > peak() / 64 then
+    rates_fill(prior, clock)
+    at = clock
+  end
+  local taken = 0
+  while taken < limit do
+    local popped = redis.call('LPOP', p..'rates', limit - taken)
+    if not popped then
+      -- Run out: score again (everything in a list scored now can be taken; what this round
+      -- claimed is no longer free, so each list scored brings new names).
+      if rates_fill(prior, clock) == 0 then break end
+      at = clock
+      popped = redis.call('LPOP', p..'rates', limit - taken)
+      if not popped then break end
+    end
+    local size = size_map(popped)
+    local known = {}
+    for _, name in ipairs(popped) do
+      if size[name] then known[#known + 1] = name end
+    end
+    local last, free = last_uses(known), free_of(known)
+    local chosen = {}
+    for _, name in ipairs(known) do
+      if last[name] <= at and free[name] then
+        free[name] = nil
+        chosen[#chosen + 1] = name
+      end
+    end
+    victims(chosen, out)
+    taken = taken + #chosen
+  end
+end
+local function run_round(node, a)
+  r_node, ratio, catch_up = node, tonumber(a[4]), a[7] == '1'
+  local ttl, capacity, watermark = tonumber(a[1]), tonumber(a[2]), tonumber(a[3])
+  if a[5] == 'per_salt' then
+    -- IsolatedLRU: each salt against its own quota (none: 0, LMCache's allowlist rule); a
+    -- round takes victims of the salts due only, from each salt's own recency.
+    local u = redis.call('HGETALL', p..'usage')
+    local bytes, quota = {}, {}
+    for i = 1, #u, 2 do
+      local f = u[i]
+      if string.sub(f, 1, 5) == 'salt:' then bytes[string.sub(f, 6)] = tonumber(u[i + 1]) end
+      if string.sub(f, 1, 6) == 'quota:' then quota[string.sub(f, 7)] = tonumber(u[i + 1]) end
+    end
+    local deleting = redis.call('SMEMBERS', p..'deleting')
+    local dsalt, dsize = hmget(p..'salt', deleting), size_map(deleting)
+    local claimed, claimed_n = {}, {}
+    for _, name in ipairs(deleting) do
+      local salt = dsalt[name] or ''
+      claimed[salt] = (claimed[salt] or 0) + tonumber(dsize[name] or '0')
+      claimed_n[salt] = (claimed_n[salt] or 0) + 1
+    end
+    local due = {}
+    for salt, b in pairs(bytes) do
+      local stored, mark = b - (claimed[salt] or 0), watermark * (quota[salt] or 0)
+      if stored > 0 and stored >= mark then due[#due + 1] = {salt, stored, mark, b} end
+    end
+    if #due == 0 then return {0} end
+    local holder = redis.call('GET', p..'lease')
+    if holder and holder ~= node then return {-1} end
+    redis.call('SET', p..'lease', node, 'PX', ttl)
+    table.sort(due, function(x, y) return x[1] < y[1] end)
+    local out = {1}
+    for _, d in ipairs(due) do
+      local salt, stored, mark, b = d[1], d[2], d[3], d[4]
+      -- Under plain `lru` (a fleet whose last join was an LRU node's) the unsalted objects'
+      -- recency is `recency`'s unsalted names.
+      local key, shared = srec_key(salt)
+      local n = redis.call('ZCARD', key)
+      if shared then n = n - redis.call('HLEN', p..'salt') end
+      local average = b / math.max(1, n)
+      local skip = claimed_n[salt] or 0
+      -- A salt without a quota (limit 0) loses all of it (ratio 1, as on one node).
+      local limit = n - skip
+      if mark > 0 then limit = due_count(n - skip, stored, mark, average) end
+      take(key, math.max(1, limit), skip, out, shared)
+    end
+    return out
+  end
+  local u = redis.call('HGETALL', p..'usage')
+  local known, objects, claimed = 0, 0, 0
+  for i = 1, #u, 2 do
+    if u[i] == 'bytes' then known = tonumber(u[i + 1]) end
+    if u[i] == 'objects' then objects = tonumber(u[i + 1]) end
+    if u[i] == 'claimed' then claimed = math.max(0, tonumber(u[i + 1])) end
+  end
+  local n_deleting = redis.call('SCARD', p..'deleting')
+  local stored = known - claimed
+  local landing = stored + pending_total(u) + tonumber(a[8])
+  local mark, ahead = watermark * capacity, tonumber(a[6]) * capacity
+  if capacity <= 0 or (stored < mark and landing < ahead) then return {0} end
+  local holder = redis.call('GET', p..'lease')
+  if holder and holder ~= node then return {-1} end
+  redis.call('SET', p..'lease', node, 'PX', ttl)
+  local average = 1
+  if known > 0 and objects > 0 then average = known / objects end
+  local limit = 0
+  if stored >= mark then
+    limit = due_count(objects - n_deleting, stored, mark, average)
+  end
+  if landing >= ahead then
+    limit = math.max(limit, math.ceil((landing - ahead) / average))
+  end
+  local out = {1}
+  if order() == 'arc' then
+    arc_take(math.max(1, limit), redis.call('SMEMBERS', p..'deleting'), out)
+  elseif order() == 'flru' and PRIOR[flru_mode()] then
+    rates_take(math.max(1, limit), PRIOR[flru_mode()], out)
+  else
+    take(p..'recency', math.max(1, limit), n_deleting, out)
+  end
+  return out
+end
