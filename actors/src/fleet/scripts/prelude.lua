@@ -609,19 +609,24 @@ end
 local function free_of(names)
   local out = {}
   if #names == 0 then return out end
+  -- The names being deleted first (one read), then the others' locks, node by node.
   local deleting = deleting_of(names)
+  local cand = {}
+  for i = 1, #names do
+    if not deleting[i] then cand[#cand + 1] = names[i] end
+  end
+  if #cand == 0 then return out end
   local taken = {}
-  for i = 1, #names do taken[i] = deleting[i] end
   for _, node in ipairs(listed_nodes()) do
     local key = p..'held:'..node
     if redis.call('EXISTS', key) == 1 then
-      local r = call_chunked('SMISMEMBER', key, names)
-      for i = 1, #names do
+      local r = call_chunked('SMISMEMBER', key, cand)
+      for i = 1, #cand do
         if r[i] == 1 then taken[i] = true end
       end
     end
   end
-  for i, name in ipairs(names) do
+  for i, name in ipairs(cand) do
     if not taken[i] then out[name] = true end
   end
   return out
