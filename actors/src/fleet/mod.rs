@@ -123,8 +123,8 @@ pub(crate) enum FleetOrder {
     /// The tick of the last store or lookup hit (`LRU`).
     Lru,
     /// The same, for `IsolatedLRU`, whose rounds take each salt's victims from that salt's own
-    /// recency (`srec:SALT`; under plain `Lru` the unsalted objects' is `recency` itself, so
-    /// the index keeps one sorted set fewer per store).
+    /// recency (`srec:SALT`; under `Lru` and `Arc` the unsalted objects' is `recency` itself,
+    /// so the index keeps one sorted set fewer per store).
     IsolatedLru,
     /// `FLRU` with its rules (see crate::eviction's FLRU): the priority, the tick of the last
     /// use plus `bonus × capacity × (min(uses, 16) − 1)`, where `capacity` is the most objects

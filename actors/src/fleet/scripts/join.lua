@@ -29,16 +29,17 @@ local was = redis.call('GET', p..'order')
 local before = was or ARGV[5]
 if ARGV[5] ~= '' then
   redis.call('SET', p..'order', ARGV[5])
-  -- Under plain `lru` the unsalted objects' recency is `recency` (see `srec_key`): built
-  -- from it when the order leaves plain `lru`, dropped when it comes back.
+  -- Under `lru` and `arc` the unsalted objects' recency is `recency` (see `srec_key`):
+  -- built from it when the order changes to one that keeps it, dropped when it changes back.
+  local function shared(o) return o == 'lru' or o == 'arc' end
   was = was or 'lru'
-  if was == 'lru' and ARGV[5] ~= 'lru' then
+  if shared(was) and not shared(ARGV[5]) then
     redis.call('DEL', p..'srec:')
     if redis.call('EXISTS', p..'recency') == 1 then
       redis.call('ZUNIONSTORE', p..'srec:', 1, p..'recency')
       zrem_all(p..'srec:', redis.call('HKEYS', p..'salt'))
     end
-  elseif was ~= 'lru' and ARGV[5] == 'lru' then
+  elseif not shared(was) and shared(ARGV[5]) then
     redis.call('DEL', p..'srec:')
   end
 end

@@ -53,10 +53,10 @@
 //!   `srec:SALT` (sorted set): the tick of the last store or hit of the objects of one cache
 //!   salt (`srec:` for unsalted ones), from which `IsolatedLRU` rounds take one salt's
 //!   victims, a listing tells what was touched, and FLRU's rates read the last use. Under
-//!   plain `lru` there is no `srec:`: `recency` holds the same ticks (a reader of the
+//!   `lru` and `arc` there is no `srec:`: `recency` holds the same ticks (a reader of the
 //!   unsalted ones skips the salted names), one sorted-set update fewer per store and per
-//!   forgotten object; a join that moves the order off plain `lru` builds `srec:` from
-//!   `recency`, one that moves it back drops it.
+//!   forgotten object; a join that moves the order to `lru:salts` or FLRU builds `srec:`
+//!   from `recency`, one that moves it back drops it.
 //! - `FLRU`: `uses` and `first` (hashes): object name → its uses (stores and hits) and the
 //!   tick of its first known use; `hist` and `hist_old` (hashes): `uses:first` of forgotten
 //!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is

@@ -187,12 +187,12 @@ end
 -- The fleet's order (`order`): `lru` (plain LRU), `lru:salts` (IsolatedLRU: LRU whose rounds
 -- take each salt's victims from its own recency), `flru:BONUS[:rates]` or `arc`; `order()`
 -- gives its kind (`lru`, `flru` or `arc`).
-local kind, bonus, fixed_rates, plain_lru = nil, nil, false, false
+local kind, bonus, fixed_rates, ticked_recency = nil, nil, false, false
 local function order()
   if kind == nil then
     local o = redis.call('GET', p..'order') or 'lru'
     local b, m = string.match(o, '^flru:([^:]+):?(%a*)$')
-    plain_lru = o == 'lru'
+    ticked_recency = o == 'lru' or o == 'arc'
     if b then
       kind, bonus, fixed_rates = 'flru', tonumber(b), m == 'rates'
     elseif o == 'lru:salts' then
@@ -204,18 +204,20 @@ local function order()
   return kind
 end
 -- The key of a salt's recency (tick of each object's last store or hit): `srec:SALT`. Under
--- plain `lru` the unsalted objects' is not kept: `recency` holds the same ticks (with the
+-- `lru` and `arc` (not `lru:salts`, whose rounds read it, nor FLRU, whose `recency` holds
+-- priorities) the unsalted objects' is not kept: `recency` holds the same ticks (with the
 -- salted objects too, which a reader of the unsalted ones skips), so this returns `recency`
--- and true for `''` there. `join.lua` builds `srec:` when the order leaves plain `lru`.
+-- and true for `''` there. `join.lua` builds `srec:` when the order changes to one that
+-- keeps it.
 local function srec_key(s)
   order()
-  if s == '' and plain_lru then return p..'recency', true end
+  if s == '' and ticked_recency then return p..'recency', true end
   return p..'srec:'..s, false
 end
 -- Whether `srec:SALT` is kept (see `srec_key`).
 local function srec_kept(s)
   order()
-  return s ~= '' or not plain_lru
+  return s ~= '' or not ticked_recency
 end
 local function peak()
   peak_read()
@@ -411,52 +413,121 @@ local function flru_mode()
   end
   return mode_now
 end
-local function arc_trim()
-  local c = peak()
-  local t1, b1 = redis.call('ZCARD', p..'t1'), redis.call('ZCARD', p..'b1')
-  if t1 + b1 > c and b1 > 0 then
-    redis.call('ZPOPMIN', p..'b1', math.min(b1, t1 + b1 - c))
+-- ARC's lists for a batch, as one name at a time would leave them, with the lists read once
+-- and written once: `arc_load(names)` reads which list each name is in and the lists' sizes,
+-- the batch's changes are made in Lua, and `arc_store()` writes them. One approximation,
+-- bounded by the batch: the ghosts a trim drops are dropped after the batch (the lowest then;
+-- a ghost that a trim dropped before a later name of the batch hit it counts as hit).
+local arc = nil
+local function arc_load(names)
+  local d = distinct(names)
+  local lists = {}
+  for _, l in ipairs({'t1', 't2', 'b1', 'b2'}) do
+    local sc = call_chunked('ZMSCORE', p..l, d)
+    for i, name in ipairs(d) do
+      if sc[i] then
+        lists[name] = lists[name] or {}
+        lists[name][l] = true
+      end
+    end
   end
-  local all = redis.call('ZCARD', p..'t1') + redis.call('ZCARD', p..'t2')
-    + redis.call('ZCARD', p..'b1') + redis.call('ZCARD', p..'b2')
+  arc = {
+    lists = lists,
+    n = {t1 = redis.call('ZCARD', p..'t1'), t2 = redis.call('ZCARD', p..'t2'),
+         b1 = redis.call('ZCARD', p..'b1'), b2 = redis.call('ZCARD', p..'b2')},
+    target = tonumber(redis.call('GET', p..'arc_p') or '0'),
+    target_was = nil,
+    add = {t1 = {}, t2 = {}, b1 = {}, b2 = {}},
+    pop = {b1 = 0, b2 = 0},
+  }
+  arc.target_was = arc.target
+end
+-- `name` joins list `l` at score `at` (a list it was not in counts one more).
+local function arc_add(name, l, at)
+  local in_ = arc.lists[name] or {}
+  arc.lists[name] = in_
+  if not in_[l] then arc.n[l] = arc.n[l] + 1 end
+  in_[l] = true
+  arc.add[l][name] = at
+end
+-- `name` leaves list `l`; true when it was in it.
+local function arc_drop(name, l)
+  local in_ = arc.lists[name]
+  if not (in_ and in_[l]) then return false end
+  in_[l] = false
+  arc.n[l] = arc.n[l] - 1
+  arc.add[l][name] = false
+  return true
+end
+local function arc_trim()
+  local c, n = peak(), arc.n
+  if n.t1 + n.b1 > c and n.b1 > 0 then
+    local k = math.min(n.b1, n.t1 + n.b1 - c)
+    arc.pop.b1, n.b1 = arc.pop.b1 + k, n.b1 - k
+  end
+  local all = n.t1 + n.t2 + n.b1 + n.b2
   if all > 2 * c then
-    local popped = #redis.call('ZPOPMIN', p..'b2', all - 2 * c) / 2
-    if all - 2 * c > popped then redis.call('ZPOPMIN', p..'b1', all - 2 * c - popped) end
+    local k = math.min(n.b2, all - 2 * c)
+    arc.pop.b2, n.b2 = arc.pop.b2 + k, n.b2 - k
+    local rest = math.min(n.b1, all - 2 * c - k)
+    arc.pop.b1, n.b1 = arc.pop.b1 + rest, n.b1 - rest
   end
 end
 -- ARC's lists for one name touched at `at` (`used`: a store or hit; else a listing's add).
--- `lists` caches the name's list ('t1', 't2' or nil) for the batch.
-local function arc_refresh(name, at, used, lists)
-  local now = lists[name]
-  if now == nil then
-    if redis.call('ZSCORE', p..'t2', name) then now = 't2'
-    elseif redis.call('ZSCORE', p..'t1', name) then now = 't1'
-    else now = false end
-  end
-  if now == 't2' or (used and now == 't1') then
-    if now == 't1' then redis.call('ZREM', p..'t1', name) end
-    redis.call('ZADD', p..'t2', at, name)
-    lists[name] = 't2'
+local function arc_refresh(name, at, used)
+  local in_ = arc.lists[name] or {}
+  if in_.t2 or (used and in_.t1) then
+    arc_drop(name, 't1')
+    arc_add(name, 't2', at)
   elseif not used then
-    redis.call('ZADD', p..'t1', at, name)
-    lists[name] = 't1'
+    arc_add(name, 't1', at)
   else
-    local b1, b2 = redis.call('ZCARD', p..'b1'), redis.call('ZCARD', p..'b2')
-    local target = tonumber(redis.call('GET', p..'arc_p') or '0')
-    if redis.call('ZREM', p..'b1', name) == 1 then
-      redis.call('SET', p..'arc_p', math.min(peak(), target + math.max(1, b2 / b1)))
-      redis.call('ZADD', p..'t2', at, name)
-      lists[name] = 't2'
-    elseif redis.call('ZREM', p..'b2', name) == 1 then
-      redis.call('SET', p..'arc_p', math.max(0, target - math.max(1, b1 / b2)))
-      redis.call('ZADD', p..'t2', at, name)
-      lists[name] = 't2'
+    local b1, b2 = arc.n.b1, arc.n.b2
+    if arc_drop(name, 'b1') then
+      arc.target = math.min(peak(), arc.target + math.max(1, b2 / b1))
+      arc_add(name, 't2', at)
+    elseif arc_drop(name, 'b2') then
+      arc.target = math.max(0, arc.target - math.max(1, b1 / b2))
+      arc_add(name, 't2', at)
     else
-      redis.call('ZADD', p..'t1', at, name)
-      lists[name] = 't1'
+      arc_add(name, 't1', at)
     end
     arc_trim()
   end
+end
+-- Drops an object's ARC lists; one its round evicted leaves a ghost of the list it was in, at
+-- tick `clock`.
+local function arc_forget(name, evicted, clock)
+  local in_t1, in_t2 = arc_drop(name, 't1'), arc_drop(name, 't2')
+  if evicted and (in_t1 or in_t2) then
+    arc_add(name, in_t1 and 'b1' or 'b2', clock)
+    arc_trim()
+  else
+    arc_drop(name, 'b1')
+    arc_drop(name, 'b2')
+  end
+end
+-- Writes the batch's changes to ARC's lists: each name leaves the lists it left and joins the
+-- ones it joined at its last score, then the trims' ghosts go (the lowest of each).
+local function arc_store()
+  for _, l in ipairs({'t1', 't2', 'b1', 'b2'}) do
+    local gone, pairs_ = {}, {}
+    for name, at in pairs(arc.add[l]) do
+      if at then
+        pairs_[#pairs_ + 1] = at
+        pairs_[#pairs_ + 1] = name
+      else
+        gone[#gone + 1] = name
+      end
+    end
+    zrem_all(p..l, gone)
+    zadd_pairs(p..l, pairs_)
+  end
+  for _, l in ipairs({'b1', 'b2'}) do
+    if arc.pop[l] > 0 then redis.call('ZPOPMIN', p..l, arc.pop[l]) end
+  end
+  if arc.target ~= arc.target_was then redis.call('SET', p..'arc_p', arc.target) end
+  arc = nil
 end
 
 -- Touches a batch of known objects, in order: `names` (positions 1..n) with their `salts` and
@@ -493,8 +564,9 @@ local function refresh_all(names, salts, t0, used, sampled)
       shadows_touch(s)
     end
   elseif o == 'arc' then
-    local lists = {}
-    for i = 1, n do arc_refresh(names[i], ticked[2 * i - 1], used, lists) end
+    arc_load(names)
+    for i = 1, n do arc_refresh(names[i], ticked[2 * i - 1], used) end
+    arc_store()
   end
   zadd_pairs(p..'recency', rec)
   local first, one = salts[1], true
@@ -525,18 +597,6 @@ local function refresh_all(names, salts, t0, used, sampled)
   end
 end
 
--- Drops an object's ARC lists; one its round evicted leaves a ghost of the list it was in.
-local function arc_forget(name, evicted)
-  local in_t1 = redis.call('ZREM', p..'t1', name) == 1
-  local in_t2 = redis.call('ZREM', p..'t2', name) == 1
-  if evicted and (in_t1 or in_t2) then
-    redis.call('ZADD', p..(in_t1 and 'b1' or 'b2'), redis.call('GET', p..'clock') or 0, name)
-    arc_trim()
-  else
-    redis.call('ZREM', p..'b1', name)
-    redis.call('ZREM', p..'b2', name)
-  end
-end
 
 -- Removes objects from the index and its usage (`evicted`: by an eviction round, so ARC
 -- keeps their ghosts), in order: `names` distinct, `size` their sizes by position as just
@@ -562,7 +622,10 @@ local function forget_distinct(names, size, evicted)
     return
   end
   if o == 'arc' then
-    for _, name in ipairs(names) do arc_forget(name, evicted) end
+    local clock = redis.call('GET', p..'clock') or 0
+    arc_load(names)
+    for _, name in ipairs(names) do arc_forget(name, evicted, clock) end
+    arc_store()
   end
   local salt = salts_of(names)
   local known, salted, salts = {}, {}, {}
@@ -777,6 +840,7 @@ local function begin(argv)
   p = argv[1]
   u_bytes, u_objects, u_salts, u_salt_order = 0, 0, {}, {}
   u_count, u_peak, u_peak_start = nil, nil, nil
-  kind, bonus, fixed_rates, plain_lru = nil, nil, false, false
+  kind, bonus, fixed_rates, ticked_recency = nil, nil, false, false
   mode_now = nil
+  arc = nil
 end

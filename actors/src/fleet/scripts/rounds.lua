@@ -65,49 +65,57 @@ end
 -- ARC (LMCache's rule): from T1 while its size, less what rounds in flight claimed from it,
 -- is at least the target `arc_p`, else from T2; the other list when one runs out.
 local function arc_take(limit, deleting, out)
-  local window = 4 * limit + 63 + #deleting
-  local lists = {redis.call('ZRANGE', p..'t1', 0, window), redis.call('ZRANGE', p..'t2', 0, window)}
-  local all = {}
-  for _, l in ipairs(lists) do
-    for _, name in ipairs(l) do all[#all + 1] = name end
-  end
-  local free = free_of(all)
-  local at = {1, 1}
-  local t1 = redis.call('ZCARD', p..'t1')
+  local t1_now = redis.call('ZCARD', p..'t1')
   if #deleting > 0 then
     for _, s in ipairs(call_chunked('ZMSCORE', p..'t1', deleting)) do
-      if s then t1 = t1 - 1 end
+      if s then t1_now = t1_now - 1 end
     end
   end
   local target = math.floor(math.min(tonumber(redis.call('GET', p..'arc_p') or '0'), peak()))
-  local function next_free(l)
-    local list = lists[l]
-    while at[l] <= #list do
-      local name = list[at[l]]
-      at[l] = at[l] + 1
-      if free[name] then
-        free[name] = nil
-        return name
+  -- The lists' `limit + #deleting + 8` lowest are read first, and their 4 x limit + 64 +
+  -- #deleting lowest only when a list read so ran out before the round had its names (the
+  -- same names either way).
+  local chosen, left = {}, limit
+  for _, window in ipairs({limit + #deleting + 8, 4 * limit + 64 + #deleting}) do
+    local lists = {redis.call('ZRANGE', p..'t1', 0, window - 1),
+                   redis.call('ZRANGE', p..'t2', 0, window - 1)}
+    local all = {}
+    for _, l in ipairs(lists) do
+      for _, name in ipairs(l) do all[#all + 1] = name end
+    end
+    local free = free_of(all)
+    local at, short, t1 = {1, 1}, false, t1_now
+    local function next_free(l)
+      local list = lists[l]
+      while at[l] <= #list do
+        local name = list[at[l]]
+        at[l] = at[l] + 1
+        if free[name] then
+          free[name] = nil
+          return name
+        end
       end
+      if #list >= window then short = true end
+      return nil
     end
-    return nil
-  end
-  local chosen = {}
-  for _ = 1, limit do
-    local name = nil
-    if t1 >= target then name = next_free(1) end
-    if name then t1 = t1 - 1 else name = next_free(2) end
-    if not name then
-      name = next_free(1)
-      if name then t1 = t1 - 1 end
+    chosen, left = {}, limit
+    for _ = 1, limit do
+      local name = nil
+      if t1 >= target then name = next_free(1) end
+      if name then t1 = t1 - 1 else name = next_free(2) end
+      if not name then
+        name = next_free(1)
+        if name then t1 = t1 - 1 end
+      end
+      if not name then break end
+      chosen[#chosen + 1] = name
+      left = left - 1
     end
-    if not name then break end
-    chosen[#chosen + 1] = name
-    limit = limit - 1
+    if not short then break end
   end
   victims(chosen, out)
   -- Objects in neither list (stored while the fleet had another order) go by recency.
-  if limit > 0 then take(p..'recency', limit, #deleting + #chosen, out) end
+  if left > 0 then take(p..'recency', left, #deleting + #chosen, out) end
 end
 -- FLRU's rate order: the free objects with the lowest rate scores (an object a listing added,
 -- with no uses, as used once at its tick 0). As on one node (crate::eviction's FLRU,
@@ -222,7 +230,7 @@ local function run_round(node, a)
     local out = {1}
     for _, d in ipairs(due) do
       local salt, stored, mark, b = d[1], d[2], d[3], d[4]
-      -- Under plain `lru` (a fleet whose last join was an LRU node's) the unsalted objects'
+      -- Under `lru` or `arc` (a fleet whose last join was such a node's) the unsalted objects'
       -- recency is `recency`'s unsalted names.
       local key, shared = srec_key(salt)
       local n = redis.call('ZCARD', key)

@@ -149,6 +149,29 @@ async fn arc_takes_t1_first_and_moves_its_target_on_ghost_hits() {
     assert_eq!(evict(&a, 20, 2, 1).await, names(&["k1"]));
 }
 
+/// ARC's ghosts are trimmed as LMCache's are: `|T1| + |B1|` kept to the capacity in objects
+/// (here the most objects known at once, 4), the oldest ghosts first; then a new object once
+/// in B1 is new again (T1), one still there a ghost hit (T2, and the target grows).
+#[actix_rt::test]
+async fn arc_drops_its_oldest_ghosts_past_the_capacity() {
+    let redis = RedisServer::start();
+    let (a, _b) = two(&redis, FleetOrder::Arc).await;
+    store(&a, &["k0", "k1", "k2", "k3"]).await;
+    // B1 = k0, k1, k2 (in that order), T1 = k3: 4, at the capacity.
+    assert_eq!(evict(&a, 40, 4, 3).await, ks(0..3));
+    // Two new objects make T1 3: B1 keeps 1 (k2), k0 and k1 dropped (ghosts of one round
+    // share a tick: the least name first).
+    store(&a, &["k4", "k5"]).await;
+    store(&a, &["k2", "k0"]).await;
+    assert_eq!(
+        index_get(&redis, "arc_p").as_deref(),
+        Some("1"),
+        "k2 was a ghost"
+    );
+    // T1 = k3, k4, k5, k0 (k0 new again), T2 = k2: T1 first (size 4 > target 1).
+    assert_eq!(evict(&a, 50, 5, 4).await, names(&["k3", "k4", "k5", "k0"]));
+}
+
 #[actix_rt::test]
 async fn flru_rates_keep_the_object_used_most_often_where_recency_would_not() {
     let redis = RedisServer::start();
