@@ -768,7 +768,7 @@ local function gone_record(names)
     redis.call('ZREMRANGEBYSCORE', key, '(0', '+inf')
     return
   end
-  redis.call('ZADD', key, 'NX', 0, string.rep('-', 1024))
+  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, 0, string.rep('-', 1024)) end
   redis.call('ZREMRANGEBYSCORE', key, '(0', '('..oldest[2])
   local e = tonumber(redis.call('GET', p..'epoch') or '0')
   local pairs_ = {}

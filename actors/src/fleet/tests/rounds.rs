@@ -234,31 +234,33 @@ async fn the_unsalted_recency_follows_the_fleets_order() {
     .await
     .unwrap()
     .unwrap();
-    let keep = |n: Vec<String>| FleetRelease {
-        removed: vec![],
-        kept: n,
-        evicted: true,
-    };
+    /// An IsolatedLRU round on `node`, whose claims are then released kept (not deleted).
+    async fn taken_and_kept(node: &Addr<FleetIndex>) -> Vec<String> {
+        let got = claimed(node.send(salted_round()).await.unwrap().unwrap());
+        let keep = FleetRelease {
+            removed: vec![],
+            kept: got.clone(),
+            evicted: true,
+        };
+        node.send(keep).await.unwrap().unwrap();
+        node.send(FleetLeaseRelease(Lease::Evict))
+            .await
+            .unwrap()
+            .unwrap();
+        got
+    }
     // No quota for unsalted objects: all of them go, least recent first.
     let want = names(&["u1", "u0", "u2"]);
-    let got = claimed(a.send(salted_round()).await.unwrap().unwrap());
-    assert_eq!(got, want, "under plain lru");
-    a.send(keep(got)).await.unwrap().unwrap();
-    a.send(FleetLeaseRelease(Lease::Evict))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(taken_and_kept(&a).await, want, "under plain lru");
     let mut c = config(&redis.url(), "c", DEFAULT_TTL);
     c.order = Some(FleetOrder::IsolatedLru);
     let c = FleetIndex::new(c).start();
     joined(&c, 1).await;
-    let got = claimed(c.send(salted_round()).await.unwrap().unwrap());
-    assert_eq!(got, want, "after the order left plain lru");
-    c.send(keep(got)).await.unwrap().unwrap();
-    c.send(FleetLeaseRelease(Lease::Evict))
-        .await
-        .unwrap()
-        .unwrap();
+    assert_eq!(
+        taken_and_kept(&c).await,
+        want,
+        "after the order left plain lru"
+    );
     // Back to plain lru, and a store under it: the bucket's recency serves again.
     let d = node(&redis.url(), "d").await;
     found(&d, "u3", "", 10).await;
