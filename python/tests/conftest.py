@@ -6,8 +6,9 @@ building an adapter.
   ``root_domain`` is ``.0.0.1``, so ``Host: 127.0.0.1:<port>`` means the bucket ``127`` in
   virtual-host style (how LMCache's built-in ``s3`` adapter addresses its bucket: ``Host`` is its
   endpoint), while kvtier reaches the same bucket path-style through ``localhost:<port>``.
-* The Hub emulator (``hfbucket``): ``target/debug/examples/hub_emulator`` (or
-  ``$KVTIER_HUB_EMULATOR_BIN``), built by ``cargo build --example hub_emulator``.
+* The Hub emulator (``hfbucket``): ``debug/examples/hub_emulator`` under cargo's target
+  directory (``$CARGO_TARGET_DIR``, else ``target``), or ``$KVTIER_HUB_EMULATOR_BIN``, built by
+  ``cargo build --example hub_emulator``.
 
 A missing server binary fails the test that needs it, saying how to get it: nothing is skipped.
 """
@@ -128,8 +129,11 @@ class Garage:
 
 class Hub:
     def __init__(self) -> None:
+        target = Path(os.environ.get("CARGO_TARGET_DIR", "target"))
+        if not target.is_absolute():
+            target = REPO / target
         self.bin = os.environ.get(
-            "KVTIER_HUB_EMULATOR_BIN", str(REPO / "target/debug/examples/hub_emulator"))
+            "KVTIER_HUB_EMULATOR_BIN", str(target / "debug/examples/hub_emulator"))
         if not os.access(self.bin, os.X_OK):
             pytest.fail(
                 f"Hub emulator not found at {self.bin}: run `cargo build --example hub_emulator` "
