@@ -689,16 +689,15 @@ impl BackendActor {
         }
         ctx.spawn(
             wrap_future::<_, Self>(index.send(msg)).map(move |res, act, ctx| {
-                let Some(link) = act.fleet.as_mut() else {
+                if act.fleet.is_none() {
                     return;
-                };
+                }
                 let answered = matches!(res, Ok(Ok(_)));
                 if let Ok(Ok(usage)) = res {
-                    act.metrics.fleet_usage(usage.bytes);
-                    link.usage = Some(usage);
+                    act.fleet_usage_seen(usage);
                 }
                 // A round's deletes: the usage read after them says whether the next follows.
-                if evicted {
+                if let (true, Some(link)) = (evicted, act.fleet.as_mut()) {
                     link.releasing = link.releasing.saturating_sub(1);
                     if answered {
                         act.fleet_check(ctx);

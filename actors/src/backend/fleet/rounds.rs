@@ -66,10 +66,10 @@ impl BackendActor {
                 && (stored as f64 >= watermark * capacity as f64
                     || (landing + link.waiting) as f64 >= link.landing * capacity as f64)
         };
-        if link.rounds >= MAX_ROUNDS || !due {
-            return;
+        // (`fleet_round` starts none while MAX_ROUNDS are in flight.)
+        if due {
+            self.fleet_round(ctx);
         }
-        self.fleet_round(ctx);
     }
 
     /// One fleet eviction round: one script reads the fleet's usage (less what rounds in

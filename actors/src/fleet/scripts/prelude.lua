@@ -431,16 +431,16 @@ local function arc_load(names)
       end
     end
   end
+  local target = tonumber(redis.call('GET', p..'arc_p') or '0')
   arc = {
     lists = lists,
     n = {t1 = redis.call('ZCARD', p..'t1'), t2 = redis.call('ZCARD', p..'t2'),
          b1 = redis.call('ZCARD', p..'b1'), b2 = redis.call('ZCARD', p..'b2')},
-    target = tonumber(redis.call('GET', p..'arc_p') or '0'),
-    target_was = nil,
+    target = target,
+    target_was = target,
     add = {t1 = {}, t2 = {}, b1 = {}, b2 = {}},
     pop = {b1 = 0, b2 = 0},
   }
-  arc.target_was = arc.target
 end
 -- `name` joins list `l` at score `at` (a list it was not in counts one more).
 local function arc_add(name, l, at)
