@@ -65,7 +65,10 @@
 //!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the names the nodes mark as
 //!   sampled (one node's shadows' sample, by key digest), `sh:clock` and
 //!   `sh:score` (hash: mode number → its decayed hits). Under `flru:BONUS:rates` there are no
-//!   shadows and the mode is always `rates_low`.
+//!   shadows and the mode is always `rates_low`. Each of these hashes holds `size`'s padding
+//!   field `''` from the join or heartbeat that finds the order FLRU (a new `hist` generation
+//!   from its start), so none is a list a batch scans: unpadded, under the server's 512-field
+//!   list limit, FLRU cost 0.87 ms a request at 2 % (docs/benchmarks.md).
 //! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
 //!   (sorted sets): the ghosts of objects evicted from each, trimmed so `|t1| + |b1| <= peak`
 //!   and all four `<= 2 × peak`; `arc_p`: the target size of `t1`.

@@ -89,9 +89,29 @@ end
 -- lookup is a few hundred ns whatever the bucket holds (as a list, under 512 fields, it scans
 -- it: 85 us for 25 names in 400; a sorted set costs a score's formatting and parsing and a
 -- walk of a skip list of equal scores per name; docs/benchmarks.md). `size_ready` puts it
--- there (each join and heartbeat; a hash table is never turned back into a list).
+-- there (each join and heartbeat; a hash table is never turned back into a list), and pads
+-- FLRU's hashes alike under FLRU (`uses`, `first`, `hist` and each shadow's, which a batch
+-- reads and writes by name; a new `hist` generation is padded when it starts), so that no
+-- read or write of a batch scans a list whatever the bucket or the server's limits.
+local PAD = nil
+local function padding()
+  PAD = PAD or string.rep('-', 1024)
+  return PAD
+end
+local FLRU_RANKINGS = {'', 'sh1:', 'sh2:', 'sh3:', 'sh4:', 'sh5:'}
 local function size_ready()
-  redis.call('HSETNX', p..'size', '', string.rep('-', 1024))
+  redis.call('HSETNX', p..'size', '', padding())
+  local o = redis.call('GET', p..'order') or ''
+  if string.sub(o, 1, 5) == 'flru:' then
+    -- Under `flru:BONUS:rates` there are no shadows.
+    local rankings = string.match(o, ':rates$') and 1 or #FLRU_RANKINGS
+    for i = 1, rankings do
+      local r = FLRU_RANKINGS[i]
+      for _, h in ipairs({'uses', 'first', 'last', 'hist'}) do
+        if r ~= '' or h ~= 'last' then redis.call('HSETNX', p..r..h, '', padding()) end
+      end
+    end
+  end
 end
 -- The sizes the index knows of `names`, by position (false: unknown).
 local function sizes_of(names)
@@ -233,20 +253,29 @@ local MODES = {'recent', 'demoted', 'last', 'rates_low', 'rates_high'}
 local PRIOR = {rates_low = 0.1, rates_high = 3.0}
 
 -- One use of each name of `names` in ranking `r`, at the ticks `ats` (same positions), in
--- order: returns the uses of each (position -> uses, with those remembered). A name's first
--- use is set when it comes into the ranking (from the history, else its tick).
+-- order: returns the uses of each (position -> uses, with those remembered), and the names
+-- the ranking held before (name -> true). A name's first use is set when it comes into the
+-- ranking (from the history, else its tick).
 local function use_all(r, names, ats)
   local d = distinct(names)
   local uses = hmget(r..'uses', d)
-  local fresh = {}
+  local fresh, held = {}, {}
   for _, name in ipairs(d) do
-    if tonumber(uses[name] or '0') == 0 then fresh[#fresh + 1] = name end
+    if tonumber(uses[name] or '0') == 0 then
+      fresh[#fresh + 1] = name
+    else
+      held[name] = true
+    end
   end
   local hist, old = hmget(r..'hist', fresh), hmget(r..'hist_old', fresh)
-  if #fresh > 0 then
-    call_chunked('HDEL', r..'hist', fresh)
-    call_chunked('HDEL', r..'hist_old', fresh)
+  -- Taken back from the history: only the names it had.
+  local in_hist, in_old = {}, {}
+  for _, name in ipairs(fresh) do
+    if hist[name] then in_hist[#in_hist + 1] = name end
+    if old[name] then in_old[#in_old + 1] = name end
   end
+  if #in_hist > 0 then call_chunked('HDEL', r..'hist', in_hist) end
+  if #in_old > 0 then call_chunked('HDEL', r..'hist_old', in_old) end
   local count, first, out = {}, {}, {}
   for _, name in ipairs(d) do count[name] = tonumber(uses[name] or '0') end
   for i, name in ipairs(names) do
@@ -274,7 +303,7 @@ local function use_all(r, names, ats)
   end
   if #firsts > 0 then call_chunked('HSET', r..'first', firsts, 2) end
   if #counts > 0 then call_chunked('HSET', r..'uses', counts, 2) end
-  return out
+  return out, held
 end
 
 -- `names` (distinct) left ranking `r`: their uses and first use go to the history, of `limit`
@@ -289,6 +318,7 @@ local function unuse_all(r, names, limit)
   local first = hmget(r..'first', gone)
   call_chunked('HDEL', r..'uses', gone)
   call_chunked('HDEL', r..'first', gone)
+  -- A generation's count includes its padding field (see `size_ready`).
   local n = redis.call('HLEN', r..'hist')
   local pending = {}
   for _, name in ipairs(gone) do
@@ -296,7 +326,8 @@ local function unuse_all(r, names, limit)
       if #pending > 0 then call_chunked('HSET', r..'hist', pending, 2) end
       pending = {}
       redis.call('RENAME', r..'hist', r..'hist_old')
-      n = 0
+      redis.call('HSET', r..'hist', '', padding())
+      n = 1
     end
     pending[#pending + 1] = name
     pending[#pending + 1] = uses[name]..':'..(first[name] or '0')
@@ -321,15 +352,32 @@ local function rate_score(uses, first, last, clock, cap, prior)
   local rate = (uses - 1 + prior) / (clock - first + 2 * cap)
   return rate * math.exp(-(clock - last) * rate / 0.7)
 end
--- The names of the `n` lowest of `scored` ({score, last use, name}), lowest first.
-local function lowest(scored, n)
-  table.sort(scored, function(x, y)
-    if x[1] ~= y[1] then return x[1] < y[1] end
-    if x[2] ~= y[2] then return x[2] < y[2] end
-    return x[3] < y[3]
+-- The names of the `n` lowest scores, lowest first, ties by the last use, then the name:
+-- `score`, `last` and `name` by position (parallel lists, no table per object). The scores
+-- alone are sorted first (a plain number sort, no Lua comparison per pair) for the `n`-th
+-- lowest; only the names at or under it are then ordered in full.
+local function lowest(score, last, name, n)
+  local m = #score
+  if n <= 0 or m == 0 then return {} end
+  local idx = {}
+  if n < m then
+    local sorted = {}
+    for i = 1, m do sorted[i] = score[i] end
+    table.sort(sorted)
+    local top = sorted[n]
+    for i = 1, m do
+      if score[i] <= top then idx[#idx + 1] = i end
+    end
+  else
+    for i = 1, m do idx[i] = i end
+  end
+  table.sort(idx, function(x, y)
+    if score[x] ~= score[y] then return score[x] < score[y] end
+    if last[x] ~= last[y] then return last[x] < last[y] end
+    return name[x] < name[y]
   end)
   local out = {}
-  for i = 1, math.min(n, #scored) do out[i] = scored[i][3] end
+  for i = 1, math.min(n, #idx) do out[i] = name[idx[i]] end
   return out
 end
 
@@ -345,16 +393,13 @@ local function shadows_touch(names)
   local keep = 1 - 1 / (8 * cap)
   local limit = math.max(16 * cap, 256)
   local scores = redis.call('HMGET', p..'sh:score', 1, 2, 3, 4, 5)
-  local d = distinct(names)
   local ats = {}
   for i = 1, #names do ats[i] = clock0 + i end
   local new_scores = {}
   for m, mode in ipairs(MODES) do
     local r = p..'sh'..m..':'
-    local present = call_chunked('ZMSCORE', r..'order', d)
-    local in_order = {}
-    for i, name in ipairs(d) do in_order[name] = present[i] ~= false end
-    local uses = use_all(r, names, ats)
+    -- A shadow holds a name in `order` exactly while it holds its uses.
+    local uses, in_order = use_all(r, names, ats)
     local score = tonumber(scores[m] or '0')
     local pairs_, last = {}, {}
     for i, name in ipairs(names) do
@@ -375,13 +420,15 @@ local function shadows_touch(names)
       local clock = ats[#ats]
       if PRIOR[mode] then
         local all = redis.call('ZRANGE', r..'order', 0, -1)
-        local l, u, f = hmget(r..'last', all), hmget(r..'uses', all), hmget(r..'first', all)
-        local scored = {}
-        for _, s in ipairs(all) do
-          local ls = tonumber(l[s])
-          scored[#scored + 1] = {rate_score(tonumber(u[s]), tonumber(f[s]), ls, clock, cap, PRIOR[mode]), ls, s}
+        local l = call_chunked('HMGET', r..'last', all)
+        local u = call_chunked('HMGET', r..'uses', all)
+        local f = call_chunked('HMGET', r..'first', all)
+        local score, ls = {}, {}
+        for i = 1, #all do
+          ls[i] = tonumber(l[i])
+          score[i] = rate_score(tonumber(u[i]), tonumber(f[i]), ls[i], clock, cap, PRIOR[mode])
         end
-        gone = lowest(scored, n - cap + math.floor(cap / 128))
+        gone = lowest(score, ls, all, n - cap + math.floor(cap / 128))
       else
         gone = redis.call('ZRANGE', r..'order', 0, n - cap - 1)
       end

@@ -142,18 +142,19 @@ local function rates_fill(prior, clock)
   local names = known_names()
   local free = free_of(names)
   local last = last_uses(names)
-  local uses, first = hmget(p..'uses', names), hmget(p..'first', names)
-  local scored = {}
-  for _, name in ipairs(names) do
+  local uses = call_chunked('HMGET', p..'uses', names)
+  local first = call_chunked('HMGET', p..'first', names)
+  local score, ls, free_names = {}, {}, {}
+  for i, name in ipairs(names) do
     if free[name] then
       local l = last[name]
-      local u = tonumber(uses[name] or '1')
-      local f = tonumber(first[name] or l)
-      scored[#scored + 1] = {rate_score(u, f, l, clock, cap, prior), l, name}
+      local k = #score + 1
+      score[k] = rate_score(tonumber(uses[i] or '1'), tonumber(first[i] or l), l, clock, cap, prior)
+      ls[k], free_names[k] = l, name
     end
   end
   redis.call('DEL', p..'rates')
-  local chosen = lowest(scored, math.floor(cap / 16) + 64)
+  local chosen = lowest(score, ls, free_names, math.floor(cap / 16) + 64)
   for i = 1, #chosen, 1000 do
     redis.call('RPUSH', p..'rates', unpack(chosen, i, math.min(#chosen, i + 999)))
   end

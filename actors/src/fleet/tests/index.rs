@@ -312,17 +312,8 @@ async fn sizes_and_deletions_are_kept_as_hash_tables_from_the_start() {
     b.send(writing(&["w"], 10)).await.unwrap().unwrap();
     assert_eq!(claim(&a, &["k0"]).await, names(&["k0"]));
     deleted(&a, &["k0"]).await;
-    let encoding = |key: &str| -> String {
-        redis::cmd("OBJECT")
-            .arg("ENCODING")
-            .arg(format!(
-                "kvtier:{{s3:127.0.0.1/bucket/prefix}}:{LAYOUT}:{key}"
-            ))
-            .query(&mut plain(&redis))
-            .unwrap()
-    };
-    assert_eq!(encoding("size"), "hashtable");
-    assert_eq!(encoding("gone"), "skiplist");
+    assert_eq!(encoding(&redis, "size"), "hashtable");
+    assert_eq!(encoding(&redis, "gone"), "skiplist");
     // The padding is no object: usage and lookups see only k1.
     let u = usage(&a).await;
     assert_eq!((u.bytes, u.objects), (10, 1));

@@ -82,6 +82,17 @@ fn plain(redis: &RedisServer) -> redis::Connection {
     client.get_connection().unwrap()
 }
 
+/// How the server keeps index key `key` of the test bucket (`OBJECT ENCODING`).
+fn encoding(redis: &RedisServer, key: &str) -> String {
+    redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(format!(
+            "kvtier:{{s3:127.0.0.1/bucket/prefix}}:{LAYOUT}:{key}"
+        ))
+        .query(&mut plain(redis))
+        .unwrap()
+}
+
 /// A plain command on the server, from a plain client.
 fn admin(redis: &RedisServer, args: &[&str]) {
     let _: redis::Value = redis::cmd(args[0])
