@@ -63,8 +63,11 @@
 //!   stored again. The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`,
 //!   `rates_high`, numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses`,
 //!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the names the nodes mark as
-//!   sampled (one node's shadows' sample, by key digest), `sh:clock` and
-//!   `sh:score` (hash: mode number → its decayed hits). Under `flru:BONUS:rates` there are no
+//!   sampled (one node's shadows' sample, by key digest), `sh:clock`,
+//!   `sh:score` (hash: mode number → its decayed hits) and `sh:queue` (list: sampled names
+//!   touched since the shadows' last batch; they see them once a quarter of their tier, at
+//!   most 32, is waiting, so a shadow holds up to that many names over its tier between two
+//!   trims). Under `flru:BONUS:rates` there are no
 //!   shadows and the mode is always `rates_low`. Each of these hashes holds `size`'s padding
 //!   field `''` from the join or heartbeat that finds the order FLRU (a new `hist` generation
 //!   from its start), so none is a list a batch scans: unpadded, under the server's 512-field

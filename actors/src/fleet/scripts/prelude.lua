@@ -381,6 +381,16 @@ local function lowest(score, last, name, n)
   return out
 end
 
+-- The shadows' tier, and the sampled names they see in one batch, at least (a quarter of
+-- their tier, at most 32): a batch's names wait in `sh:queue` (a list), so a shadow holds up
+-- to that many names over its tier between two trims.
+local function shadow_cap()
+  return math.max(1, math.floor(peak() / 16))
+end
+local function shadow_batch()
+  return math.max(1, math.min(32, math.ceil(shadow_cap() / 4)))
+end
+
 -- The shadows: one ranking per mode of the names the nodes mark as sampled (one in 16: the keys
 -- one node's shadows sample, by their digest, which only nodes can compute), in a tier of
 -- `peak / 16` objects, each with its hits decayed over 8 of its tier-fulls (`sh:score`), on
@@ -388,7 +398,7 @@ end
 -- are touched; a shadow over its tier after the batch drops its lowest.
 local function shadows_touch(names)
   if #names == 0 then return end
-  local cap = math.max(1, math.floor(peak() / 16))
+  local cap = shadow_cap()
   local clock0 = redis.call('INCRBY', p..'sh:clock', #names) - #names
   local keep = 1 - 1 / (8 * cap)
   local limit = math.max(16 * cap, 256)
@@ -438,6 +448,20 @@ local function shadows_touch(names)
     end
   end
   redis.call('HSET', p..'sh:score', unpack(new_scores))
+end
+
+-- Queues a batch's sampled names for the shadows, in order; once `shadow_batch` are waiting,
+-- the shadows see them all.
+local function shadows_queue(names)
+  if #names == 0 then return end
+  local waiting = 0
+  for i = 1, #names, CHUNK do
+    waiting = redis.call('RPUSH', p..'sh:queue', unpack(names, i, math.min(#names, i + CHUNK - 1)))
+  end
+  if waiting < shadow_batch() then return end
+  local all = redis.call('LRANGE', p..'sh:queue', 0, -1)
+  redis.call('DEL', p..'sh:queue')
+  shadows_touch(all)
 end
 
 -- The bucket's FLRU mode for this script (a batch's new objects are all placed alike): the
@@ -608,7 +632,7 @@ local function refresh_all(names, salts, t0, used, sampled)
       for i = 1, n do
         if sampled[i] then s[#s + 1] = names[i] end
       end
-      shadows_touch(s)
+      shadows_queue(s)
     end
   elseif o == 'arc' then
     arc_load(names)

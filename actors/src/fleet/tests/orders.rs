@@ -234,3 +234,40 @@ async fn flru_shadows_choose_the_mode_from_every_nodes_stores_and_hits() {
     let at = |n: &str| order.iter().position(|o| o == n).unwrap();
     assert!(at("x1") < at("x0"), "{order:?}");
 }
+
+/// `cmd` (a read that answers a count: `ZCARD`, `LLEN`) of index key `key`.
+fn index_count(redis: &RedisServer, cmd: &str, key: &str) -> i64 {
+    redis::cmd(cmd)
+        .arg(format!(
+            "kvtier:{{s3:127.0.0.1/bucket/prefix}}:{LAYOUT}:{key}"
+        ))
+        .query(&mut plain(redis))
+        .unwrap()
+}
+
+#[actix_rt::test]
+async fn flru_shadows_take_the_sampled_names_in_batches_of_a_quarter_of_their_tier() {
+    let redis = RedisServer::start();
+    let (a, b) = two(&redis, flru(0.4, true)).await;
+    // 96 names the shadows do not sample, then one they do: a peak of 97 objects, a shadow
+    // tier of 6, batches of 2.
+    let many = ks(0..96);
+    store(&a, &many.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    store(&a, &[SAMPLED[0]]).await;
+    assert_eq!(index_count(&redis, "LLEN", "sh:queue"), 1, "it waits");
+    assert_eq!(index_count(&redis, "ZCARD", "sh1:order"), 0);
+    // The second sampled name, a hit on b, makes the batch: the shadows see both, in order.
+    hit(&b, SAMPLED[0]).await;
+    assert_eq!(index_count(&redis, "LLEN", "sh:queue"), 0);
+    for m in 1..=5 {
+        assert_eq!(index_count(&redis, "ZCARD", &format!("sh{m}:order")), 1);
+    }
+    // The hit found the name in every shadow: each one's hits rose from 0.
+    for m in ["1", "2", "3", "4", "5"] {
+        let score: f64 = index_read(&redis, "sh:score", Some(m))
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(score > 0.9, "shadow {m}: {score}");
+    }
+}
