@@ -675,7 +675,13 @@ end
 local function forget_distinct(names, size, evicted)
   if #names == 0 then return end
   local o = order()
-  if o == 'lru' and redis.call('EXISTS', p..'salt') == 0 then
+  if o == 'arc' then
+    local clock = redis.call('GET', p..'clock') or 0
+    arc_load(names)
+    for _, name in ipairs(names) do arc_forget(name, evicted, clock) end
+    arc_store()
+  end
+  if redis.call('EXISTS', p..'salt') == 0 then
     -- No object has a salt: the same, in one pass.
     local held, nh, bytes = {}, 0, 0
     for i = 1, #names do
@@ -690,13 +696,8 @@ local function forget_distinct(names, size, evicted)
     if nh > 0 then call_chunked('HDEL', p..'size', held) end
     if srec_kept('') then zrem_all(p..'srec:', held) end
     zrem_all(p..'recency', names)
+    if o == 'flru' then unuse_all(p, names, math.max(4096, 16 * peak())) end
     return
-  end
-  if o == 'arc' then
-    local clock = redis.call('GET', p..'clock') or 0
-    arc_load(names)
-    for _, name in ipairs(names) do arc_forget(name, evicted, clock) end
-    arc_store()
   end
   local salt = salts_of(names)
   local known, salted, salts = {}, {}, {}

@@ -34,10 +34,10 @@ if written then
   end
 end
 local old_size, dying = sizes_of(names), deleting_of(names)
--- The common batch in one pass: LRU or ARC, every object unsalted, new to the index, not
--- claimed, not tainted and given once. It leaves what the general path below would, with less
--- Lua per name.
-if order() == 'lru' or order() == 'arc' then
+-- The common batch in one pass: every object unsalted, new to the index, not claimed, not
+-- tainted and given once. It leaves what the general path below would, with less Lua per
+-- name.
+do
   local t0 = tonumber(redis.call('GET', p..'clock') or '0') + 1
   local fast, seen, sizes_, rec, bytes = true, {}, {}, {}, 0
   for k = 1, n do
@@ -57,6 +57,12 @@ if order() == 'lru' or order() == 'arc' then
     usage_add('', bytes, n)
     usage_flush()
     redis.call('INCRBY', p..'clock', n)
+    if order() == 'flru' then
+      local salts, sampled = {}, {}
+      for k = 1, n do salts[k], sampled[k] = '', ARGV[#ARGV - 4 * k + 4] == '1' end
+      refresh_all(names, salts, t0, true, sampled)
+      return done()
+    end
     if order() == 'arc' then
       arc_load(names)
       for k = 1, n do arc_refresh(names[k], t0 + k - 1, true) end
