@@ -79,7 +79,7 @@ pub(crate) use shards::{FleetShards, Standing};
 /// scripts keep other keys, or keys of other types, names another layout, so it never reads
 /// (or breaks) an index an older kvtier wrote: that one is left as it is, and the new layout
 /// starts empty and fills from the nodes' stores and listings (docs/fleet.md, "Upgrades").
-pub(crate) const LAYOUT: &str = "v3";
+pub(crate) const LAYOUT: &str = "v4";
 
 /// The longest an unlock queued by [`FleetUnlockSoon`] waits for a call to ride with.
 pub(crate) const UNLOCK_FLUSH: Duration = Duration::from_millis(10);

@@ -29,17 +29,30 @@ local was = redis.call('GET', p..'order')
 local before = was or ARGV[5]
 if ARGV[5] ~= '' then
   redis.call('SET', p..'order', ARGV[5])
-  -- Under `lru` and `arc` the unsalted objects' recency is `recency` (see `srec_key`):
-  -- built from it when the order changes to one that keeps it, dropped when it changes back.
-  local function shared(o) return o == 'lru' or o == 'arc' end
+  -- Only `lru:salts` keeps the unsalted objects' recency `srec:` (see `srec_key`): built
+  -- when the order changes to it, from `recency`'s ticks (`lru`, `arc`) or the records' last
+  -- ticks (FLRU), and dropped when it changes from it.
+  local function keeps(o) return o == 'lru:salts' end
   was = was or 'lru'
-  if shared(was) and not shared(ARGV[5]) then
+  if keeps(ARGV[5]) and not keeps(was) then
     redis.call('DEL', p..'srec:')
-    if redis.call('EXISTS', p..'recency') == 1 then
+    if string.sub(was, 1, 5) == 'flru:' then
+      local names = known_names()
+      local salt, recs = salts_of(names), call_chunked('HMGET', p..'uses', names)
+      local ticked = {}
+      for i, name in ipairs(names) do
+        if not salt[i] then
+          local _, _, l = record_of(recs[i])
+          ticked[#ticked + 1] = l or 0
+          ticked[#ticked + 1] = name
+        end
+      end
+      zadd_pairs(p..'srec:', ticked)
+    elseif redis.call('EXISTS', p..'recency') == 1 then
       redis.call('ZUNIONSTORE', p..'srec:', 1, p..'recency')
       zrem_all(p..'srec:', redis.call('HKEYS', p..'salt'))
     end
-  elseif not shared(was) and shared(ARGV[5]) then
+  elseif keeps(was) and not keeps(ARGV[5]) then
     redis.call('DEL', p..'srec:')
   end
 end

@@ -52,26 +52,29 @@
 //!   (`2^40 + tick + BONUS × peak × (min(uses, 16) − 1)`, a new object placed by the mode);
 //!   `srec:SALT` (sorted set): the tick of the last store or hit of the objects of one cache
 //!   salt (`srec:` for unsalted ones), from which `IsolatedLRU` rounds take one salt's
-//!   victims, a listing tells what was touched, and FLRU's rates read the last use. Under
-//!   `lru` and `arc` there is no `srec:`: `recency` holds the same ticks (a reader of the
-//!   unsalted ones skips the salted names), one sorted-set update fewer per store and per
-//!   forgotten object; a join that moves the order to `lru:salts` or FLRU builds `srec:`
-//!   from `recency`, one that moves it back drops it.
-//! - `FLRU`: `uses` and `first` (hashes): object name → its uses (stores and hits) and the
-//!   tick of its first known use; `hist` and `hist_old` (hashes): `uses:first` of forgotten
-//!   names, in two generations of `max(4096, 16 × peak)` names, taken back when a name is
-//!   stored again. The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`,
-//!   `rates_high`, numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses`,
-//!   `shN:first`, `shN:last`, `shN:hist`, `shN:hist_old` of the names the nodes mark as
-//!   sampled (one node's shadows' sample, by key digest), `sh:clock`,
-//!   `sh:score` (hash: mode number → its decayed hits) and `sh:queue` (list: sampled names
-//!   touched since the shadows' last batch; they see them once a quarter of their tier, at
-//!   most 32, is waiting, so a shadow holds up to that many names over its tier between two
-//!   trims). Under `flru:BONUS:rates` there are no
-//!   shadows and the mode is always `rates_low`. Each of these hashes holds `size`'s padding
-//!   field `''` from the join or heartbeat that finds the order FLRU (a new `hist` generation
-//!   from its start), so none is a list a batch scans: unpadded, under the server's 512-field
-//!   list limit, FLRU cost 0.87 ms a request at 2 % (docs/benchmarks.md).
+//!   victims and a listing tells what was touched. `srec:` is kept under `lru:salts` only:
+//!   under `lru` and `arc` `recency` holds the same ticks (a reader of the unsalted ones
+//!   skips the salted names), under FLRU each object's record holds its last tick (below);
+//!   a join that moves the order to `lru:salts` builds `srec:` (from `recency`'s ticks, or
+//!   from FLRU's records), one that moves it away drops it.
+//! - `FLRU`: `uses` (hash): object name → its record `USES:FIRST:LAST` (its stores and hits,
+//!   and the ticks of its first known and its last use; a rate order and a listing read the
+//!   last use there); `hist` and `hist_old` (hashes): the records of forgotten names, in two
+//!   generations of `max(4096, 16 × peak)` names, taken back when a name is stored again.
+//!   An object stored under another order before FLRU has no record: last used at tick 0.
+//!   The shadows (one per mode: `recent`, `demoted`, `last`, `rates_low`, `rates_high`,
+//!   numbered 1 to 5): `shN:order` (sorted set: priority), `shN:uses` (records on the
+//!   shadows' clock), `shN:hist`, `shN:hist_old` of the names the nodes mark as sampled (one
+//!   node's shadows' sample, by key digest), `sh:clock`, `sh:score` (hash: mode number → its
+//!   decayed hits) and `sh:queue` (list: sampled names touched since the shadows' last batch;
+//!   they see them once a quarter of their tier, at most 32, is waiting, so a shadow holds up
+//!   to that many names over its tier between two trims). Under `flru:BONUS:rates` there are
+//!   no shadows and the mode is always `rates_low`. Each of these hashes holds `size`'s
+//!   padding field `''` from the join or heartbeat that finds the order FLRU (a new `hist`
+//!   generation from its start), so none is a list a batch scans: unpadded, under the
+//!   server's 512-field list limit, FLRU cost 0.87 ms a request at 2 % (docs/benchmarks.md).
+//!   One record per name (layout `v4`; `v3` kept `first`, the shadows' `last` and `srec:`
+//!   apart) is about 7 % less server CPU per FLRU request.
 //! - `ARC`: `t1`, `t2` (sorted sets, by tick): known objects seen once, and again; `b1`, `b2`
 //!   (sorted sets): the ghosts of objects evicted from each, trimmed so `|t1| + |b1| <= peak`
 //!   and all four `<= 2 × peak`; `arc_p`: the target size of `t1`.

@@ -107,9 +107,7 @@ local function size_ready()
     local rankings = string.match(o, ':rates$') and 1 or #FLRU_RANKINGS
     for i = 1, rankings do
       local r = FLRU_RANKINGS[i]
-      for _, h in ipairs({'uses', 'first', 'last', 'hist'}) do
-        if r ~= '' or h ~= 'last' then redis.call('HSETNX', p..r..h, '', padding()) end
-      end
+      for _, h in ipairs({'uses', 'hist'}) do redis.call('HSETNX', p..r..h, '', padding()) end
     end
   end
 end
@@ -223,12 +221,12 @@ local function order()
   end
   return kind
 end
--- The key of a salt's recency (tick of each object's last store or hit): `srec:SALT`. Under
--- `lru` and `arc` (not `lru:salts`, whose rounds read it, nor FLRU, whose `recency` holds
--- priorities) the unsalted objects' is not kept: `recency` holds the same ticks (with the
--- salted objects too, which a reader of the unsalted ones skips), so this returns `recency`
--- and true for `''` there. `join.lua` builds `srec:` when the order changes to one that
--- keeps it.
+-- The key of a salt's recency (tick of each object's last store or hit): `srec:SALT`. The
+-- unsalted objects' (`srec:`) is kept under `lru:salts` only, whose rounds read it: under
+-- `lru` and `arc` `recency` holds the same ticks (with the salted objects too, which a reader
+-- of the unsalted ones skips), so this returns `recency` and true for `''` there; under FLRU
+-- each object's record in `uses` holds its last tick (see `last_of`). `join.lua` builds
+-- `srec:` when the order changes to `lru:salts`.
 local function srec_key(s)
   order()
   if s == '' and ticked_recency then return p..'recency', true end
@@ -236,8 +234,7 @@ local function srec_key(s)
 end
 -- Whether `srec:SALT` is kept (see `srec_key`).
 local function srec_kept(s)
-  order()
-  return s ~= '' or not ticked_recency
+  return s ~= '' or order() == 'lru' and not ticked_recency
 end
 local function peak()
   peak_read()
@@ -245,26 +242,34 @@ local function peak()
 end
 
 -- FLRU, with the rules and constants of crate::eviction's FLRU. A ranking is a key prefix `r`
--- (the bucket's own, `p`, or a shadow's): `r..'uses'` and `r..'first'` (the tick of its first
--- known use) per object it holds, and `uses:first` of objects it dropped in the two
--- generations `r..'hist'` and `r..'hist_old'`.
+-- (the bucket's own, `p`, or a shadow's): `r..'uses'`, the record `USES:FIRST:LAST` of each
+-- object it holds (its uses, the ticks of its first known and its last use), and the records
+-- of objects it dropped in the two generations `r..'hist'` and `r..'hist_old'`.
 local BASE = 2 ^ 40
 local MODES = {'recent', 'demoted', 'last', 'rates_low', 'rates_high'}
 local PRIOR = {rates_low = 0.1, rates_high = 3.0}
 
+-- A ranking's record of a name, `USES:FIRST:LAST` (its uses, the ticks of its first and last
+-- known use; the history keeps the same string): uses, first, last (nil when absent).
+local function record_of(v)
+  if not v then return nil end
+  local a, b, c = string.match(v, '^(%d+):(%d+):(%d+)$')
+  return tonumber(a), tonumber(b), tonumber(c)
+end
+
 -- One use of each name of `names` in ranking `r`, at the ticks `ats` (same positions), in
 -- order: returns the uses of each (position -> uses, with those remembered), and the names
 -- the ranking held before (name -> true). A name's first use is set when it comes into the
--- ranking (from the history, else its tick).
+-- ranking (from the history, else its tick); its last use is its last tick here.
 local function use_all(r, names, ats)
   local d = distinct(names)
-  local uses = hmget(r..'uses', d)
+  local rec = hmget(r..'uses', d)
   local fresh, held = {}, {}
   for _, name in ipairs(d) do
-    if tonumber(uses[name] or '0') == 0 then
-      fresh[#fresh + 1] = name
-    else
+    if rec[name] then
       held[name] = true
+    else
+      fresh[#fresh + 1] = name
     end
   end
   local hist, old = hmget(r..'hist', fresh), hmget(r..'hist_old', fresh)
@@ -276,48 +281,35 @@ local function use_all(r, names, ats)
   end
   if #in_hist > 0 then call_chunked('HDEL', r..'hist', in_hist) end
   if #in_old > 0 then call_chunked('HDEL', r..'hist_old', in_old) end
-  local count, first, out = {}, {}, {}
-  for _, name in ipairs(d) do count[name] = tonumber(uses[name] or '0') end
+  local count, first, last, out = {}, {}, {}, {}
   for i, name in ipairs(names) do
-    if count[name] == 0 and first[name] == nil then
-      local seen = hist[name] or old[name]
-      local n, f = 0, nil
-      if seen then
-        local a, b = string.match(seen, '^(%d+):?(%d*)$')
-        n, f = tonumber(a), tonumber(b)
-      end
-      count[name] = n
-      first[name] = f or ats[i]
+    if count[name] == nil then
+      local n, f = record_of(rec[name] or hist[name] or old[name])
+      count[name], first[name] = n or 0, f or ats[i]
     end
     count[name] = math.min(255, count[name] + 1)
+    last[name] = ats[i]
     out[i] = count[name]
   end
-  local firsts, counts = {}, {}
+  local recs = {}
   for _, name in ipairs(d) do
-    if first[name] ~= nil then
-      firsts[#firsts + 1] = name
-      firsts[#firsts + 1] = first[name]
-    end
-    counts[#counts + 1] = name
-    counts[#counts + 1] = count[name]
+    recs[#recs + 1] = name
+    recs[#recs + 1] = count[name]..':'..first[name]..':'..last[name]
   end
-  if #firsts > 0 then call_chunked('HSET', r..'first', firsts, 2) end
-  if #counts > 0 then call_chunked('HSET', r..'uses', counts, 2) end
+  call_chunked('HSET', r..'uses', recs, 2)
   return out, held
 end
 
--- `names` (distinct) left ranking `r`: their uses and first use go to the history, of `limit`
--- names a generation.
+-- `names` (distinct) left ranking `r`: their records go to the history, of `limit` names a
+-- generation.
 local function unuse_all(r, names, limit)
-  local uses = hmget(r..'uses', names)
+  local rec = hmget(r..'uses', names)
   local gone = {}
   for _, name in ipairs(names) do
-    if uses[name] then gone[#gone + 1] = name end
+    if rec[name] then gone[#gone + 1] = name end
   end
   if #gone == 0 then return end
-  local first = hmget(r..'first', gone)
   call_chunked('HDEL', r..'uses', gone)
-  call_chunked('HDEL', r..'first', gone)
   -- A generation's count includes its padding field (see `size_ready`).
   local n = redis.call('HLEN', r..'hist')
   local pending = {}
@@ -330,10 +322,35 @@ local function unuse_all(r, names, limit)
       n = 1
     end
     pending[#pending + 1] = name
-    pending[#pending + 1] = uses[name]..':'..(first[name] or '0')
+    pending[#pending + 1] = rec[name]
     n = n + 1
   end
   if #pending > 0 then call_chunked('HSET', r..'hist', pending, 2) end
+end
+
+-- The tick of each of `names`' last store or hit (0 for one a listing added, or one stored
+-- under another order before FLRU): name -> tick.
+local function last_of(names)
+  local out = {}
+  if #names == 0 then return out end
+  if order() == 'flru' then
+    local recs = call_chunked('HMGET', p..'uses', names)
+    for i, name in ipairs(names) do
+      local _, _, l = record_of(recs[i])
+      out[name] = l or 0
+    end
+    return out
+  end
+  local salt = salts_of(names)
+  local by_name = {}
+  for i, name in ipairs(names) do by_name[name] = salt[i] end
+  local salt_order, by_salt = group_by_salt(names, by_name)
+  for _, s in ipairs(salt_order) do
+    local l = by_salt[s]
+    local scores = call_chunked('ZMSCORE', srec_key(s), l)
+    for i, name in ipairs(l) do out[name] = tonumber(scores[i] or '0') end
+  end
+  return out
 end
 
 -- FLRU's priority of a use at tick `at` in a ranking of `cap` objects, a new object (one use)
@@ -411,39 +428,34 @@ local function shadows_touch(names)
     -- A shadow holds a name in `order` exactly while it holds its uses.
     local uses, in_order = use_all(r, names, ats)
     local score = tonumber(scores[m] or '0')
-    local pairs_, last = {}, {}
+    local pairs_ = {}
     for i, name in ipairs(names) do
       score = score * keep + (in_order[name] and 1 or 0)
       in_order[name] = true
       pairs_[#pairs_ + 1] = priority(ats[i], uses[i], mode, cap)
       pairs_[#pairs_ + 1] = name
-      last[#last + 1] = name
-      last[#last + 1] = ats[i]
     end
     new_scores[#new_scores + 1] = m
     new_scores[#new_scores + 1] = score
     zadd_pairs(r..'order', pairs_)
-    call_chunked('HSET', r..'last', last, 2)
     local n = redis.call('ZCARD', r..'order')
     if n > cap then
       local gone
       local clock = ats[#ats]
       if PRIOR[mode] then
         local all = redis.call('ZRANGE', r..'order', 0, -1)
-        local l = call_chunked('HMGET', r..'last', all)
-        local u = call_chunked('HMGET', r..'uses', all)
-        local f = call_chunked('HMGET', r..'first', all)
+        local recs = call_chunked('HMGET', r..'uses', all)
         local score, ls = {}, {}
         for i = 1, #all do
-          ls[i] = tonumber(l[i])
-          score[i] = rate_score(tonumber(u[i]), tonumber(f[i]), ls[i], clock, cap, PRIOR[mode])
+          local u, f, l = record_of(recs[i])
+          ls[i] = l
+          score[i] = rate_score(u, f, l, clock, cap, PRIOR[mode])
         end
         gone = lowest(score, ls, all, n - cap + math.floor(cap / 128))
       else
         gone = redis.call('ZRANGE', r..'order', 0, n - cap - 1)
       end
       zrem_all(r..'order', gone)
-      if #gone > 0 then call_chunked('HDEL', r..'last', gone) end
       unuse_all(r, gone, limit)
     end
   end

@@ -128,33 +128,18 @@ end
 -- 3,000 requests: 2.0-2.9 -> 1.0 ms a request, hit ratio 0.125-0.137 -> 0.126-0.133 of
 -- blocks; docs/benchmarks.md).
 local RATE_SHARE = 4
--- The tick of each known name's last store or hit (0 for one a listing added): name -> tick.
-local function last_uses(names)
-  local salt = salts_of(names)
-  local by_name = {}
-  for i, name in ipairs(names) do by_name[name] = salt[i] end
-  local salt_order, by_salt = group_by_salt(names, by_name)
-  local out = {}
-  for _, s in ipairs(salt_order) do
-    local l = by_salt[s]
-    local scores = call_chunked('ZMSCORE', srec_key(s), l)
-    for i, name in ipairs(l) do out[name] = tonumber(scores[i] or '0') end
-  end
-  return out
-end
 local function rates_fill(prior, clock)
   local cap = peak()
   local names = known_names()
   local free = free_of(names)
-  local last = last_uses(names)
-  local uses = call_chunked('HMGET', p..'uses', names)
-  local first = call_chunked('HMGET', p..'first', names)
+  local recs = call_chunked('HMGET', p..'uses', names)
   local score, ls, free_names = {}, {}, {}
   for i, name in ipairs(names) do
     if free[name] then
-      local l = last[name]
+      local u, f, l = record_of(recs[i])
+      l = l or 0
       local k = #score + 1
-      score[k] = rate_score(tonumber(uses[i] or '1'), tonumber(first[i] or l), l, clock, cap, prior)
+      score[k] = rate_score(u or 1, f or l, l, clock, cap, prior)
       ls[k], free_names[k] = l, name
     end
   end
@@ -190,7 +175,7 @@ local function rates_take(limit, prior, out)
     for _, name in ipairs(popped) do
       if size[name] then known[#known + 1] = name end
     end
-    local last, free = last_uses(known), free_of(known)
+    local last, free = last_of(known), free_of(known)
     local chosen = {}
     for _, name in ipairs(known) do
       if last[name] <= at and free[name] then

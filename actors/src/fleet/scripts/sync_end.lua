@@ -2,25 +2,16 @@
 -- since it started, locked, or being deleted. Returns the usage hash.
 local node, start = ARGV[2], tonumber(ARGV[3])
 local names = known_names()
-local salt = hmget(p..'salt', names)
 local seen = call_chunked('SMISMEMBER', p..'seen:'..node, names)
 local unseen = {}
 for i, name in ipairs(names) do
   if seen[i] == 0 then unseen[#unseen + 1] = name end
 end
-local salt_order, by_salt = group_by_salt(unseen, salt)
-local touched = {}
-for _, s in ipairs(salt_order) do
-  local l = by_salt[s]
-  local scores = call_chunked('ZMSCORE', srec_key(s), l)
-  for i, name in ipairs(l) do
-    if tonumber(scores[i] or '0') > start then touched[name] = true end
-  end
-end
+local last = last_of(unseen)
 local free = free_of(unseen)
 local gone = {}
 for _, name in ipairs(unseen) do
-  if free[name] and not touched[name] then gone[#gone + 1] = name end
+  if free[name] and last[name] <= start then gone[#gone + 1] = name end
 end
 forget_all(gone, false)
 usage_flush()

@@ -216,6 +216,22 @@ async fn isolated_rounds_follow_the_fleets_quota_of_each_salt() {
 /// an IsolatedLRU round on such a bucket takes the unsalted names from it, skipping salted
 /// ones, and a node that joins with another order builds the unsalted recency from it, so the
 /// same round then takes the same names.
+/// An IsolatedLRU round on `node`, whose claims are then released kept (not deleted).
+async fn taken_and_kept(node: &Addr<FleetIndex>) -> Vec<String> {
+    let got = claimed(node.send(salted_round()).await.unwrap().unwrap());
+    let keep = FleetRelease {
+        removed: vec![],
+        kept: got.clone(),
+        evicted: true,
+    };
+    node.send(keep).await.unwrap().unwrap();
+    node.send(FleetLeaseRelease(Lease::Evict))
+        .await
+        .unwrap()
+        .unwrap();
+    got
+}
+
 #[actix_rt::test]
 async fn the_unsalted_recency_follows_the_fleets_order() {
     let redis = RedisServer::start();
@@ -234,21 +250,6 @@ async fn the_unsalted_recency_follows_the_fleets_order() {
     .await
     .unwrap()
     .unwrap();
-    /// An IsolatedLRU round on `node`, whose claims are then released kept (not deleted).
-    async fn taken_and_kept(node: &Addr<FleetIndex>) -> Vec<String> {
-        let got = claimed(node.send(salted_round()).await.unwrap().unwrap());
-        let keep = FleetRelease {
-            removed: vec![],
-            kept: got.clone(),
-            evicted: true,
-        };
-        node.send(keep).await.unwrap().unwrap();
-        node.send(FleetLeaseRelease(Lease::Evict))
-            .await
-            .unwrap()
-            .unwrap();
-        got
-    }
     // No quota for unsalted objects: all of them go, least recent first.
     let want = names(&["u1", "u0", "u2"]);
     assert_eq!(taken_and_kept(&a).await, want, "under plain lru");
@@ -300,4 +301,37 @@ async fn a_writes_end_starts_the_round_it_makes_due() {
     // b's write fills it again while a holds the lease: the store lands, the round is busy.
     let (u, r) = write(&b, "w2").await;
     assert_eq!((u.bytes, r), (90, Round::Busy));
+}
+
+/// From FLRU (whose records hold each object's last use) to IsolatedLRU: the join builds the
+/// unsalted objects' recency from the records.
+#[actix_rt::test]
+async fn isolated_lru_after_flru_takes_the_unsalted_by_their_last_use() {
+    let redis = RedisServer::start();
+    let mut f = config(&redis.url(), "f", DEFAULT_TTL);
+    f.order = Some(FleetOrder::Flru {
+        bonus: 0.4,
+        adaptive: true,
+    });
+    let f = FleetIndex::new(f).start();
+    joined(&f, 1).await;
+    found(&f, "s0", "sa", 10).await;
+    found(&f, "u0", "", 10).await;
+    found(&f, "u1", "", 10).await;
+    lock(&f, &["u0"]).await;
+    f.send(FleetUnlock(names(&["u0"]))).await.unwrap().unwrap();
+    found(&f, "u2", "", 10).await;
+    f.send(FleetSetQuota {
+        salt: "sa".into(),
+        limit: Some(100),
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let mut c = config(&redis.url(), "c", DEFAULT_TTL);
+    c.order = Some(FleetOrder::IsolatedLru);
+    let c = FleetIndex::new(c).start();
+    joined(&c, 1).await;
+    // Last used: u1 (tick 3), u0 (its hit, 4), u2 (5); s0 is within its quota.
+    assert_eq!(taken_and_kept(&c).await, names(&["u1", "u0", "u2"]));
 }
