@@ -7,5 +7,5 @@ if redis.call('ZSCORE', p..'nodes', node) == false then
   return -1
 end
 redis.call('ZADD', p..'nodes', now + ttl, node)
-size_ready()
+hashes_ready()
 return redis.call('ZCARD', p..'nodes')

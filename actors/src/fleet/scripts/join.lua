@@ -60,6 +60,6 @@ for i = 7, #ARGV, 2 do
   redis.call('HSETNX', p..'usage', 'quota:'..ARGV[i], ARGV[i + 1])
 end
 redis.call('ZADD', p..'nodes', now + ttl, node)
-size_ready()
+hashes_ready()
 reap(now)
 return {redis.call('ZCARD', p..'nodes'), before}

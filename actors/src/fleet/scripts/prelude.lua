@@ -88,9 +88,9 @@ end
 -- default): the server then keeps the hash as a hash table from its first field on, where a
 -- lookup is a few hundred ns whatever the bucket holds (as a list, under 512 fields, it scans
 -- it: 85 us for 25 names in 400; a sorted set costs a score's formatting and parsing and a
--- walk of a skip list of equal scores per name; docs/benchmarks.md). `size_ready` puts it
+-- walk of a skip list of equal scores per name; docs/benchmarks.md). `hashes_ready` puts it
 -- there (each join and heartbeat; a hash table is never turned back into a list), and pads
--- FLRU's hashes alike under FLRU (`uses`, `first`, `hist` and each shadow's, which a batch
+-- FLRU's hashes alike under FLRU (`uses`, `hist` and each shadow's, which a batch
 -- reads and writes by name; a new `hist` generation is padded when it starts), so that no
 -- read or write of a batch scans a list whatever the bucket or the server's limits.
 local PAD = nil
@@ -99,7 +99,7 @@ local function padding()
   return PAD
 end
 local FLRU_RANKINGS = {'', 'sh1:', 'sh2:', 'sh3:', 'sh4:', 'sh5:'}
-local function size_ready()
+local function hashes_ready()
   redis.call('HSETNX', p..'size', '', padding())
   local o = redis.call('GET', p..'order') or ''
   if string.sub(o, 1, 5) == 'flru:' then
@@ -310,7 +310,7 @@ local function unuse_all(r, names, limit)
   end
   if #gone == 0 then return end
   call_chunked('HDEL', r..'uses', gone)
-  -- A generation's count includes its padding field (see `size_ready`).
+  -- A generation's count includes its padding field (see `hashes_ready`).
   local n = redis.call('HLEN', r..'hist')
   local pending = {}
   for _, name in ipairs(gone) do

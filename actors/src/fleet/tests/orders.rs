@@ -91,7 +91,7 @@ async fn flru_keeps_an_object_used_again_past_later_ones_and_remembers_uses_afte
     let redis = RedisServer::start();
     let (a, b) = two(&redis, flru(0.4, true)).await;
     assert_eq!(index_get(&redis, "order").as_deref(), Some("flru:0.4"));
-    // FLRU's hashes are hash tables from the start, the shadows' too (see `size_ready`).
+    // FLRU's hashes are hash tables from the start, the shadows' too (see `hashes_ready`).
     for key in ["uses", "hist", "sh1:uses", "sh5:uses", "sh3:hist"] {
         assert_eq!(encoding(&redis, key), "hashtable", "{key}");
     }
