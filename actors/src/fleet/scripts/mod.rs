@@ -1,5 +1,8 @@
 //! The fleet index's Lua scripts: each batch is one script, so each is atomic on the server and
-//! one round trip. One file per script (`NAME.lua`); `prelude.lua` holds the helpers they share.
+//! one round trip. One file per script (`NAME.lua`); the helpers they share come first, in
+//! `prelude.lua` (batched reads and writes, usage, the clock, the order), `flru.lua` and
+//! `arc.lua` (those orders' state), `index.lua` (objects, locks, claims, writes in flight,
+//! reaping, `begin`) and `rounds.lua` (an eviction round).
 //! They reach the server as one library of functions (`FUNCTION LOAD` at each join, named
 //! `kvtier_HASH` after its text, so two kvtier versions on one server each call their own),
 //! called by `FCALL`: the prelude is compiled once per load, not at every call (a prelude-only
@@ -103,13 +106,20 @@
 
 use redis::Script;
 
-/// The helpers every script starts with (see `prelude.lua`): the prefix `p`, batched reads and
-/// writes of hashes and sorted sets, usage, the clock, the orders' state (FLRU's uses, history
-/// and shadows, ARC's lists), forgetting, claiming, locking and ending writes, and reaping;
-/// `begin(ARGV)` starts each call. Then `rounds.lua`: an eviction round (`run_round`), which
-/// `round.lua` runs alone and `stored.lua` after a write's end.
+/// The helpers every script starts with, one Lua chunk in this order (each file uses the ones
+/// before it): `prelude.lua`, the prefix `p`, batched reads and writes of hashes and sorted
+/// sets, usage, the clock and the order; `flru.lua`, FLRU's records, history and shadows;
+/// `arc.lua`, ARC's lists; `index.lua`, touching and forgetting objects, claiming, locking and
+/// ending writes, reaping, and `begin(ARGV)`, which starts each call; `rounds.lua`, an eviction
+/// round (`run_round`), which `round.lua` runs alone and `stored.lua` after a write's end.
 const PRELUDE: &str = concat!(
     include_str!("prelude.lua"),
+    "\n",
+    include_str!("flru.lua"),
+    "\n",
+    include_str!("arc.lua"),
+    "\n",
+    include_str!("index.lua"),
     "\n",
     include_str!("rounds.lua")
 );
