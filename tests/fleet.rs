@@ -267,53 +267,6 @@ async fn a_write_waits_for_room_in_a_full_bucket() {
     }
 }
 
-/// A write waits under the write mark (by default a quarter of the way from the watermark to
-/// the capacity: 85 objects here), not only past the capacity. Node `a` holds 70 objects
-/// locked, so node `b`'s write of 20 more (90 objects, within the capacity) waits, and the
-/// bucket holds what it held, until `a` unlocks and `b`'s round makes room under the mark;
-/// with `write_mark = 1` the same write is made at once.
-#[actix_rt::test]
-async fn a_write_waits_under_the_write_mark() {
-    for mark in [None, Some(1.0)] {
-        let redis = RedisServer::start();
-        let url = redis.url();
-        let dir = tempfile::tempdir().unwrap();
-        let a = node(dir.path(), Some(&url), "a").await;
-        store(&a, 0..70).await;
-        let held: Vec<_> = (0..70).map(key).collect();
-        assert!(a.lookup_and_lock(held.clone()).await.unwrap().all());
-        let mut fleet = FleetConfig::new(&url)
-            .node_id("b")
-            .write_wait(Duration::from_secs(600));
-        if let Some(m) = mark {
-            fleet = fleet.write_mark(m);
-        }
-        let b = started(&node_config(dir.path(), None, "b", CAPACITY).fleet(fleet)).await;
-        let keys: Vec<_> = (1000..1020).map(key).collect();
-        let objects = (1000..1020).map(|i| payload(i, OBJ)).collect();
-        let write = b.store(keys.clone(), objects);
-        let meanwhile = async {
-            if mark.is_none() {
-                until("b's write waits", || async { waiting(&b).await > 0 }).await;
-                assert_eq!(waiting(&b).await, 20 * OBJ as u64);
-                assert_eq!(bucket_bytes(dir.path()), 70 * OBJ as u64, "not written yet");
-                a.unlock(held.clone());
-            }
-        };
-        let (r, ()) = futures_util::future::join(write, meanwhile).await;
-        assert!(r.unwrap().success());
-        b.when_idle(0).await.unwrap();
-        assert_eq!(waiting(&b).await, 0);
-        assert_eq!(
-            (waits(&b, false), waits(&b, true)),
-            (u64::from(mark.is_none()), 0),
-            "write_mark {mark:?}"
-        );
-        a.close().await;
-        b.close().await;
-    }
-}
-
 /// A key node `a` holds locked is the least recent in the bucket; node `b` fills the bucket
 /// far past its capacity. With the fleet the key stays and loads; once unlocked it can go.
 /// Without the fleet, `b` (which found the key at start) deletes it under `a`'s lock.
@@ -609,7 +562,6 @@ fn fleet_is_configured_like_the_rest() {
         ("KVTIER_FLEET__LISTING_INTERVAL_SECS", "0"),
         ("KVTIER_FLEET__LANDING_MARK", "0.95"),
         ("KVTIER_FLEET__WRITE_WAIT_MS", "0"),
-        ("KVTIER_FLEET__WRITE_MARK", "0.9"),
         ("KVTIER_FLEET__SHARDS", "4"),
     ]
     .map(|(k, v)| (k.to_string(), v.to_string()));
@@ -620,12 +572,10 @@ fn fleet_is_configured_like_the_rest() {
     assert_eq!(fleet.listing_interval_secs, 0, "the environment wins");
     assert_eq!(fleet.landing_mark, Some(0.95));
     assert_eq!(fleet.write_wait_ms, 0, "writes do not wait");
-    assert_eq!(fleet.write_mark, Some(0.9));
     assert_eq!(fleet.shards, 4);
     let default = FleetConfig::new("redis://h");
     assert_eq!(default.landing_mark, None, "default: from the wait");
     assert_eq!(default.write_wait_ms, 2000);
-    assert_eq!(default.write_mark, None, "default: from the watermark");
     assert_eq!(default.shards, 1, "default: one hash tag");
     std::fs::write(&file, "[fleet]\nindex = \"redis://h\"\nshards = 0\n").unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
@@ -638,9 +588,6 @@ fn fleet_is_configured_like_the_rest() {
     .unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
     assert!(err.to_string().contains("fleet.landing_mark"), "{err}");
-    std::fs::write(&file, "[fleet]\nindex = \"redis://h\"\nwrite_mark = 0\n").unwrap();
-    let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();
-    assert!(err.to_string().contains("fleet.write_mark"), "{err}");
 
     std::fs::write(&file, "[fleet]\nindex = \"http://:secret@h\"\n").unwrap();
     let err = TierConfig::load(&ConfigSources::file(&file).env(Default::default())).unwrap_err();

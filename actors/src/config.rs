@@ -220,15 +220,6 @@ pub struct FleetConfig {
     /// `IsolatedLRU`, whose limits are per salt).
     #[serde(default = "default_write_wait")]
     pub write_wait_ms: u64,
-    /// The share of the capacity a write waits under while writes wait for room
-    /// (`write_wait_ms` > 0): a write is made at once only when the bucket's footprint (the
-    /// objects stored, those being deleted, every node's writes in flight) stays within
-    /// `write_mark × capacity` with it; in (0, 1]. Default: a quarter of the way from the
-    /// adapter's `trigger_watermark` to 1 (0.85 for 0.8), about where one node's bucket peaks
-    /// (its writes land while its round's deletes are in flight); 1 lets the fleet fill the
-    /// capacity before a write waits (docs/fleet.md, "Writes wait for room").
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub write_mark: Option<f64>,
     /// Hash tags a bucket's index is split over, 1 to 1,024 (default 1: one tag, exact). With
     /// more, each object's index entry lives on the tag its name hashes to, so a Redis or
     /// Valkey cluster spreads one bucket over its masters; each tag then holds its own slice
@@ -260,7 +251,6 @@ impl FleetConfig {
             listing_interval_secs: default_listing_interval(),
             landing_mark: None,
             write_wait_ms: default_write_wait(),
-            write_mark: None,
             shards: default_shards(),
         }
     }
@@ -277,13 +267,6 @@ impl FleetConfig {
     #[must_use]
     pub fn write_wait(mut self, wait: std::time::Duration) -> Self {
         self.write_wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
-        self
-    }
-
-    /// Sets the share of the capacity a write waits under (see [`FleetConfig::write_mark`]).
-    #[must_use]
-    pub fn write_mark(mut self, share: f64) -> Self {
-        self.write_mark = Some(share);
         self
     }
 

@@ -40,11 +40,6 @@ pub(super) fn parse_fleet(v: Value) -> Result<FleetConfig, ConfigError> {
             return Err(err("landing_mark", format!("must be in (0, 1], got {m}")));
         }
     }
-    if let Some(m) = fleet.write_mark {
-        if !(m > 0.0 && m <= 1.0) {
-            return Err(err("write_mark", format!("must be in (0, 1], got {m}")));
-        }
-    }
     if !(1..=MAX_SHARDS).contains(&fleet.shards) {
         return Err(err(
             "shards",

@@ -245,16 +245,6 @@ pub(crate) fn landing_mark(watermark: f64, waits: bool) -> f64 {
     }
 }
 
-/// The share of the capacity under which a write waits for room unless `fleet.write_mark`
-/// says otherwise: a quarter of the way from the watermark to the capacity (0.85 for 0.8).
-/// One node's bucket peaks a little over its watermark (its writes land while its round's
-/// deletes are in flight); a fleet that let writes fill the capacity peaked 0.1 over one
-/// node's (docs/benchmarks.md has the figures).
-pub(crate) fn write_mark(watermark: f64) -> f64 {
-    let w = watermark.clamp(0.0, 1.0);
-    w + (1.0 - w) / 4.0
-}
-
 /// Sets (`Some`) or removes (`None`) the fleet's `IsolatedLRU` quota of a cache salt; replies
 /// with the previous limit. Every node's rounds use it from then on.
 #[derive(Debug, Clone, Message)]

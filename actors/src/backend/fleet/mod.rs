@@ -72,9 +72,6 @@ pub(super) struct FleetLink {
     /// The longest a write waits for room in a full bucket (`fleet.write_wait_ms`; `None`:
     /// writes do not wait).
     write_wait: Option<std::time::Duration>,
-    /// The share of the capacity a write waits under: `fleet.write_mark`, else
-    /// [`write_mark`].
-    write_mark: f64,
     /// Bytes of this node's writes waiting for room (counted as landing by its rounds).
     waiting: u64,
     /// Writes that waited for room and were made within the capacity, and those made past
@@ -98,17 +95,6 @@ pub(super) struct FleetLink {
 }
 
 impl FleetLink {
-    /// The share of the capacity this node's rounds keep the bytes landing under: the landing
-    /// mark, or the write mark while some of its writes wait for room (a write waits under the
-    /// write mark, so its rounds make room for it there).
-    pub(super) fn ahead(&self) -> f64 {
-        if self.waiting > 0 {
-            self.landing.min(self.write_mark)
-        } else {
-            self.landing
-        }
-    }
-
     /// The link of an adapter whose bucket is `identity`.
     pub(super) fn new(
         config: &FleetConfig,
@@ -154,9 +140,6 @@ impl FleetLink {
             per_salt: eviction.is_some_and(|e| e.eviction_policy == EvictionPolicy::IsolatedLru),
             write_wait: (config.write_wait_ms > 0)
                 .then(|| std::time::Duration::from_millis(config.write_wait_ms)),
-            write_mark: config
-                .write_mark
-                .unwrap_or_else(|| write_mark(eviction.map_or(1.0, |e| e.trigger_watermark))),
             waiting: 0,
             waited: (0, 0),
             interval,
@@ -523,17 +506,16 @@ impl BackendActor {
     }
 
     /// The most bytes the bucket may hold with a write of `bytes` that has waited since
-    /// `since` (see [`FleetWriting`]): the write mark's share of the capacity, while the write
-    /// may still wait; `None` when writes do not wait here (no wait configured, no eviction by
-    /// capacity), when the write alone is larger than that, or when its wait ran out.
+    /// `since` (see [`FleetWriting`]): the capacity, while the write may still wait; `None`
+    /// when writes do not wait here (no wait configured, no eviction by capacity), when the
+    /// write alone is larger than the capacity, or when its wait ran out.
     fn fleet_write_limit(&self, bytes: u64, since: Option<std::time::Instant>) -> Option<u64> {
         let link = self.fleet.as_ref()?;
         let wait = link.write_wait?;
         let capacity = self.capacity_bytes;
-        let limit = (capacity as f64 * link.write_mark) as u64;
         let by_capacity = link.evict.is_some() && !link.per_salt && capacity > 0;
         let expired = since.is_some_and(|t| t.elapsed() >= wait);
-        (by_capacity && bytes <= limit && !expired).then_some(limit)
+        (by_capacity && bytes <= capacity && !expired).then_some(capacity)
     }
 
     /// Announces a write to the index (see [`FleetWriting`]), then makes it. The announcement

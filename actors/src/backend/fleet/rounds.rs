@@ -64,7 +64,7 @@ impl BackendActor {
             let (stored, landing) = usage.fullest.unwrap_or((stored, stored + usage.pending));
             capacity > 0
                 && (stored as f64 >= watermark * capacity as f64
-                    || (landing + link.waiting) as f64 >= link.ahead() * capacity as f64)
+                    || (landing + link.waiting) as f64 >= link.landing * capacity as f64)
         };
         // (`fleet_round` starts none while MAX_ROUNDS are in flight.)
         if due {
@@ -111,7 +111,7 @@ impl BackendActor {
             watermark,
             ratio,
             per_salt: link.per_salt,
-            ahead: link.ahead(),
+            ahead: link.landing,
             catch_up: link.catch_up,
             waiting: link.waiting,
         })
