@@ -4,7 +4,8 @@
 -- Invariants: a shadow holds a name in `shN:order` exactly while it holds its record in
 -- `shN:uses`; the bucket's `uses` holds records only of names `size` knows (one added by a
 -- listing, or stored under another order, has none: last used at tick 0); a record that
--- leaves a ranking goes to its history whole, and comes back from it whole.
+-- leaves a ranking goes to its history as it was, and is taken back from it (then counted
+-- on) when the name is used in that ranking again.
 
 -- FLRU, with the rules and constants of crate::eviction's FLRU. A ranking is a key prefix `r`
 -- (the bucket's own, `p`, or a shadow's): `r..'uses'`, the record `USES:FIRST:LAST` of each
