@@ -244,7 +244,8 @@ local function gone_record(names)
   end
   if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, 0, string.rep('-', 1024)) end
   redis.call('ZREMRANGEBYSCORE', key, '(0', '('..oldest[2])
-  local e = tonumber(redis.call('GET', p..'epoch') or '0')
+  -- The epoch as the server wrote it: a string, formatted once, not once per name.
+  local e = redis.call('GET', p..'epoch') or '0'
   local pairs_ = {}
   for i, name in ipairs(names) do
     pairs_[2 * i - 1], pairs_[2 * i] = e, name
