@@ -242,7 +242,7 @@ local function gone_record(names)
     redis.call('ZREMRANGEBYSCORE', key, '(0', '+inf')
     return
   end
-  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, 0, string.rep('-', 1024)) end
+  if redis.call('EXISTS', key) == 0 then redis.call('ZADD', key, 0, padding()) end
   redis.call('ZREMRANGEBYSCORE', key, '(0', '('..oldest[2])
   -- The epoch as the server wrote it: a string, formatted once, not once per name.
   local e = redis.call('GET', p..'epoch') or '0'
