@@ -87,6 +87,8 @@
 //!   script) removes a name when its count reaches 0. A name is locked while it is in the set of
 //!   any node in `nodes`; the set goes with its node when the node is reaped.
 //! - `deleting` (set): the names claimed for deletion (by any node).
+//! - `window` (set): a script's scratch, the names whose locks it checks (see `free_of` in
+//!   `index.lua`); created and deleted within one call, so no other call ever sees it.
 //! - `claims:NODE` (set): the names a node has claimed and not released.
 //! - `epoch` (integer): one tick per announced write (`WRITING` returns it; the node gives it
 //!   back with that write's `STORED`). `gone` (sorted set): name → the epoch when a release
